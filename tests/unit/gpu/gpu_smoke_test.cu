@@ -9,7 +9,8 @@ namespace {
 
 __global__ void AddOne(float* x, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) x[i] += 1.0f;
+  if (i < n)
+    x[i] += 1.0f;
 }
 
 bool HaveGpu() {
@@ -24,7 +25,8 @@ TEST(GpuSmoke, NcclVersionMatchesHeader) {
 }
 
 TEST(GpuSmoke, KernelAddsOne) {
-  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device: GPU tests run on a machine with one";
+  if (!HaveGpu())
+    GTEST_SKIP() << "no CUDA device: GPU tests run on a machine with one";
   const int n = 1000;
   std::vector<float> host(n, 41.0f);
   float* device = nullptr;
@@ -34,11 +36,13 @@ TEST(GpuSmoke, KernelAddsOne) {
   ASSERT_EQ(cudaGetLastError(), cudaSuccess);
   cudaMemcpy(host.data(), device, n * sizeof(float), cudaMemcpyDeviceToHost);
   cudaFree(device);
-  for (float v : host) ASSERT_EQ(v, 42.0f);
+  for (float v : host)
+    ASSERT_EQ(v, 42.0f);
 }
 
 TEST(GpuSmoke, SingleRankAllReduce) {
-  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device: GPU tests run on a machine with one";
+  if (!HaveGpu())
+    GTEST_SKIP() << "no CUDA device: GPU tests run on a machine with one";
   ncclComm_t comm;
   int device = 0;
   ASSERT_EQ(ncclCommInitAll(&comm, 1, &device), ncclSuccess);
