@@ -14,22 +14,48 @@ namespace tessera::model {
 // Shape of the model. Defaults are a tiny configuration for tests.
 struct GptConfig {
   int layers = 2;
-  int d_model = 64;   // C
-  int heads = 4;      // NH; divides d_model
-  int seq_len = 64;   // maximum T (size of the position embedding)
-  int vocab = 256;    // V
+  int d_model = 64;  // C
+  int heads = 4;     // NH; divides d_model
+  int seq_len = 64;  // maximum T (size of the position embedding)
+  int vocab = 256;   // V
 };
 
 // Named preset ("gpt2-124m": 12 layers, 768, 12 heads, 1024, vocab 50257). Returns false
 // when the name is unknown.
 bool GptPreset(const std::string& name, GptConfig* out);
 
+// Checks a configuration: every field positive, heads divides d_model. Returns an empty
+// string when valid, otherwise one line naming the field, e.g.
+// "model.heads: 5 does not divide dModel 64".
+std::string ValidateGptConfig(const GptConfig& config);
+
 // Number of float parameters of a configuration (the size of the flat buffer).
 int64_t GptParameterCount(const GptConfig& config);
+
+// One named tensor inside the flat parameter (and gradient) buffer. The buffer holds wte,
+// wpe, then each block's tensors contiguously (block 0 first), then the final layer norm,
+// so a block, or a run of blocks, is one contiguous range.
+struct ParameterTensor {
+  std::string name;  // "wte", "wpe", "h3.attn.qkv.weight", ..., "lnf.bias"
+  int64_t offset;    // in floats from the start of the buffer
+  int64_t size;      // in floats
+  int layer;         // block index; -1 for the embeddings and the final layer norm
+  bool decays;       // true for matrices and embeddings (weight decay applies), false for
+                     // biases and layer-norm gains
+};
+
+// The tensors of a configuration in buffer order; their sizes sum to GptParameterCount.
+std::vector<ParameterTensor> GptParameterTensors(const GptConfig& config);
+
+// Number of threads the CPU kernels use (OpenMP regions and OpenBLAS), process-wide. Call it
+// before training from the thread that runs Forward/Backward. Results are bit-identical
+// from run to run for a fixed thread count.
+void SetKernelThreads(int threads);
 
 // Not thread-safe: one trainer owns a Gpt. Kernels use several threads internally.
 class Gpt {
  public:
+  // Throws std::invalid_argument with ValidateGptConfig's message for an invalid config.
   explicit Gpt(const GptConfig& config);
   Gpt(const Gpt&) = delete;
   Gpt& operator=(const Gpt&) = delete;
@@ -49,16 +75,19 @@ class Gpt {
   // Forward pass over B sequences of T tokens (T <= seq_len). tokens and targets hold B*T
   // ids in [0, vocab). Returns the mean cross-entropy loss and keeps the activations for
   // Backward(). `targets` may be empty: then only logits() are computed and the loss is 0.
+  // Throws std::invalid_argument for bad shapes and std::out_of_range for an id >= vocab.
   float Forward(std::span<const int32_t> tokens, std::span<const int32_t> targets, int B, int T);
 
   // Backward pass of the last Forward (which must have had targets); *adds* into
   // gradients(), so call ZeroGradients() first unless accumulating micro-batches.
   // The loss gradient is scaled by `loss_scale` (1/micro_batches when accumulating).
+  // Throws std::logic_error when there is no such Forward (or Backward already ran on it).
   void Backward(float loss_scale = 1.0f);
 
   void ZeroGradients();
 
-  // Logits of the last Forward: (B, T, vocab), row-major.
+  // Logits of the last Forward: (B, T, vocab), row-major. Backward() reuses this buffer for
+  // the logits' gradient, so read the logits before calling Backward().
   std::span<const float> logits() const;
 
  private:

@@ -1,0 +1,299 @@
+// The whole GPT: configuration helpers, parameter layout, initialisation, a whole-model
+// gradient check in double precision, the float model against the double one, learning on
+// a fixed batch, and bit-identical repeated runs.
+#include "worker/model/gpt.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+#include "worker/model/cpu/gpt_cpu.h"
+
+namespace tessera::model {
+namespace {
+
+std::vector<int32_t> RandomIds(int n, int vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> ids(n);
+  for (int32_t& id : ids)
+    id = static_cast<int32_t>(rng() % vocab);
+  return ids;
+}
+
+TEST(GptConfigTest, Presets) {
+  GptConfig c;
+  ASSERT_TRUE(GptPreset("gpt2-124m", &c));
+  EXPECT_EQ(c.layers, 12);
+  EXPECT_EQ(c.d_model, 768);
+  EXPECT_EQ(c.heads, 12);
+  EXPECT_EQ(c.seq_len, 1024);
+  EXPECT_EQ(c.vocab, 50257);
+  EXPECT_EQ(GptParameterCount(c), 124439808);  // GPT-2 small with a tied head
+  EXPECT_FALSE(GptPreset("gpt2-125m", &c));
+}
+
+TEST(GptConfigTest, Validation) {
+  struct Case {
+    GptConfig config;
+    std::string error;
+  };
+  const Case cases[] = {
+      {{2, 64, 4, 64, 256}, ""},
+      {{0, 64, 4, 64, 256}, "model.layers: must be positive, got 0"},
+      {{2, 64, 5, 64, 256}, "model.heads: 5 does not divide dModel 64"},
+      {{2, 64, 0, 64, 256}, "model.heads: must be positive, got 0"},
+      {{2, 64, 4, -1, 256}, "model.seqLen: must be positive, got -1"},
+      {{2, 64, 4, 64, 0}, "model.vocab: must be positive, got 0"},
+  };
+  for (const Case& c : cases)
+    EXPECT_EQ(ValidateGptConfig(c.config), c.error);
+  EXPECT_THROW(Gpt(GptConfig{2, 64, 5, 64, 256}), std::invalid_argument);
+}
+
+TEST(GptConfigTest, TensorsTileTheBufferInOrder) {
+  const GptConfig c{3, 16, 4, 10, 50};
+  const std::vector<ParameterTensor> tensors = GptParameterTensors(c);
+  ASSERT_EQ(tensors.size(), 4u + 12u * 3u);
+  int64_t offset = 0;
+  int last_layer = -1;
+  for (const ParameterTensor& t : tensors) {
+    EXPECT_EQ(t.offset, offset) << t.name;
+    offset += t.size;
+    // Blocks appear in order, each contiguous.
+    if (t.layer >= 0) {
+      EXPECT_GE(t.layer, last_layer) << t.name;
+      last_layer = t.layer;
+    }
+    const bool matrix = t.name.ends_with("weight") && t.name.find("ln") == std::string::npos;
+    EXPECT_EQ(t.decays, matrix || t.name == "wte" || t.name == "wpe") << t.name;
+  }
+  EXPECT_EQ(offset, GptParameterCount(c));
+  EXPECT_EQ(tensors.front().name, "wte");
+  EXPECT_EQ(tensors[4].name, "h0.attn.qkv.weight");
+  EXPECT_EQ(tensors.back().name, "lnf.bias");
+}
+
+TEST(GptTest, InitialisationIsSeededAndGpt2Style) {
+  const GptConfig c{2, 32, 4, 16, 64};
+  Gpt a(c), b(c), other(c);
+  a.InitParameters(7);
+  b.InitParameters(7);
+  other.InitParameters(8);
+  ASSERT_EQ(0,
+            std::memcmp(a.parameters().data(), b.parameters().data(), a.parameters().size_bytes()));
+  EXPECT_NE(0, std::memcmp(a.parameters().data(), other.parameters().data(),
+                           a.parameters().size_bytes()));
+  for (const ParameterTensor& t : GptParameterTensors(c)) {
+    std::span<const float> v = a.parameters().subspan(t.offset, t.size);
+    double mean = 0, sq = 0;
+    for (float x : v)
+      mean += x;
+    mean /= v.size();
+    for (float x : v)
+      sq += (x - mean) * (x - mean);
+    const double stddev = std::sqrt(sq / v.size());
+    if (t.name.ends_with("ln1.weight") || t.name.ends_with("ln2.weight") ||
+        t.name == "lnf.weight") {
+      EXPECT_EQ(mean, 1.0) << t.name;
+      EXPECT_EQ(stddev, 0.0) << t.name;
+    } else if (!t.decays) {
+      EXPECT_EQ(mean, 0.0) << t.name;
+      EXPECT_EQ(stddev, 0.0) << t.name;
+    } else {
+      const double want = t.name.ends_with("proj.weight") ? 0.02 / std::sqrt(4.0) : 0.02;
+      EXPECT_NEAR(stddev, want, 0.15 * want) << t.name;
+      EXPECT_NEAR(mean, 0.0, 0.2 * want) << t.name;
+    }
+  }
+}
+
+TEST(GptTest, LossAtInitIsLogVocab) {
+  const GptConfig c{2, 64, 4, 32, 256};
+  Gpt gpt(c);
+  gpt.InitParameters(1);
+  const int B = 4, T = 32;
+  const float loss = gpt.Forward(RandomIds(B * T, c.vocab, 1), RandomIds(B * T, c.vocab, 2), B, T);
+  EXPECT_NEAR(loss, std::log(256.0), 0.05);
+}
+
+// Gradient of the mean loss with respect to every parameter, in double precision, against
+// central differences. Parameters are randomised well beyond the init scale so that every
+// path (attention, layer norms, GELU) carries a gradient of order one.
+TEST(GptTest, WholeModelGradientCheckDouble) {
+  const GptConfig c{2, 8, 2, 6, 11};
+  const int B = 2, T = 5;
+  const int64_t P = GptParameterCount(c);
+  std::vector<double> params(P), grads(P, 0.0);
+  std::mt19937_64 rng(3);
+  std::normal_distribution<double> noise(0.0, 0.4);
+  for (const ParameterTensor& t : GptParameterTensors(c)) {
+    const bool gain =
+        t.name.ends_with("ln1.weight") || t.name.ends_with("ln2.weight") || t.name == "lnf.weight";
+    for (int64_t i = 0; i < t.size; i++)
+      params[t.offset + i] = (gain ? 1.0 : 0.0) + noise(rng);
+  }
+  const std::vector<int32_t> tokens = RandomIds(B * T, c.vocab, 4);
+  const std::vector<int32_t> targets = RandomIds(B * T, c.vocab, 5);
+  cpu::GptActivations<double> acts;
+  const cpu::GptParams<double> p = cpu::BindParams(c, params.data());
+  const cpu::GptParams<double> g = cpu::BindParams(c, grads.data());
+  auto loss = [&] { return cpu::GptForward(c, p, acts, tokens.data(), targets.data(), B, T); };
+  loss();
+  cpu::GptBackward(c, p, g, acts, tokens.data(), targets.data(), B, T, 1.0);
+
+  const double h = 1e-5;
+  double worst = 0;
+  int nonzero = 0;
+  for (const ParameterTensor& t : GptParameterTensors(c)) {
+    for (int64_t i = t.offset; i < t.offset + t.size; i++) {
+      const double saved = params[i];
+      params[i] = saved + h;
+      const double up = loss();
+      params[i] = saved - h;
+      const double down = loss();
+      params[i] = saved;
+      const double numeric = (up - down) / (2 * h);
+      const double err = std::abs(numeric - grads[i]);
+      ASSERT_LE(err, 1e-9 + 1e-5 * std::abs(numeric))
+          << t.name << "[" << i - t.offset << "]: analytic " << grads[i] << " numeric " << numeric;
+      worst = std::max(worst, err / (1e-9 + std::abs(numeric)));
+      if (std::abs(numeric) > 1e-6)
+        nonzero++;
+    }
+  }
+  // wpe rows beyond T and wte rows of unused ids have zero gradient; most others do not.
+  EXPECT_GT(nonzero, P / 2);
+  RecordProperty("worst_relative_error", std::to_string(worst));
+}
+
+// The float model computes what the double one does, to float accuracy.
+TEST(GptTest, FloatModelMatchesDouble) {
+  const GptConfig c{2, 32, 4, 16, 64};
+  const int B = 3, T = 16;
+  Gpt gpt(c);
+  gpt.InitParameters(11);
+  // Larger weights than at init, so that the comparison is not dominated by tiny values.
+  std::mt19937_64 rng(5);
+  std::normal_distribution<float> noise(0.0f, 0.1f);
+  for (float& x : gpt.parameters())
+    x += noise(rng);
+  const std::vector<int32_t> tokens = RandomIds(B * T, c.vocab, 6);
+  const std::vector<int32_t> targets = RandomIds(B * T, c.vocab, 7);
+  gpt.ZeroGradients();
+  const float loss = gpt.Forward(tokens, targets, B, T);
+  gpt.Backward();
+
+  std::vector<double> params(gpt.parameters().begin(), gpt.parameters().end());
+  std::vector<double> grads(params.size(), 0.0);
+  cpu::GptActivations<double> acts;
+  const cpu::GptParams<double> p = cpu::BindParams(c, params.data());
+  const double want = cpu::GptForward(c, p, acts, tokens.data(), targets.data(), B, T);
+  cpu::GptBackward(c, p, cpu::BindParams(c, grads.data()), acts, tokens.data(), targets.data(), B,
+                   T, 1.0);
+  EXPECT_NEAR(loss, want, 1e-5 * want);
+  double max_grad = 0;
+  for (double v : grads)
+    max_grad = std::max(max_grad, std::abs(v));
+  for (size_t i = 0; i < grads.size(); i++) {
+    ASSERT_NEAR(gpt.gradients()[i], grads[i], 1e-4 * max_grad) << i;
+  }
+}
+
+// Plain SGD on one fixed batch: the model memorises it.
+std::vector<float> TrainSgd(const GptConfig& c, int steps, std::vector<float>* losses) {
+  const int B = 4, T = 16;
+  Gpt gpt(c);
+  gpt.InitParameters(1337);
+  const std::vector<int32_t> tokens = RandomIds(B * T, c.vocab, 21);
+  const std::vector<int32_t> targets = RandomIds(B * T, c.vocab, 22);
+  for (int s = 0; s < steps; s++) {
+    gpt.ZeroGradients();
+    const float loss = gpt.Forward(tokens, targets, B, T);
+    if (losses != nullptr)
+      losses->push_back(loss);
+    gpt.Backward();
+    std::span<float> p = gpt.parameters();
+    std::span<const float> g = gpt.gradients();
+    for (size_t i = 0; i < p.size(); i++)
+      p[i] -= 0.5f * g[i];
+  }
+  return std::vector<float>(gpt.parameters().begin(), gpt.parameters().end());
+}
+
+TEST(GptTest, SgdOnAFixedBatchDrivesTheLossDown) {
+  const GptConfig c{2, 32, 4, 16, 64};
+  std::vector<float> losses;
+  TrainSgd(c, 40, &losses);
+  ASSERT_EQ(losses.size(), 40u);
+  EXPECT_NEAR(losses.front(), std::log(64.0), 0.1);
+  EXPECT_LT(losses.back(), losses.front() - 1.0) << "first " << losses.front();
+}
+
+TEST(GptTest, RepeatedRunsAreBitIdentical) {
+  const GptConfig c{2, 32, 4, 16, 64};
+  for (int threads : {1, 2}) {
+    SetKernelThreads(threads);
+    const std::vector<float> a = TrainSgd(c, 5, nullptr);
+    const std::vector<float> b = TrainSgd(c, 5, nullptr);
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)))
+        << threads << " threads";
+  }
+}
+
+TEST(GptTest, GradientsAccumulateAcrossMicroBatches) {
+  const GptConfig c{1, 16, 2, 8, 32};
+  const int B = 2, T = 8;
+  const std::vector<int32_t> tokens = RandomIds(B * T, c.vocab, 1);
+  const std::vector<int32_t> targets = RandomIds(B * T, c.vocab, 2);
+  Gpt gpt(c);
+  gpt.InitParameters(3);
+  gpt.ZeroGradients();
+  gpt.Forward(tokens, targets, B, T);
+  gpt.Backward(1.0f);
+  const std::vector<float> once(gpt.gradients().begin(), gpt.gradients().end());
+  gpt.ZeroGradients();
+  for (int i = 0; i < 2; i++) {
+    gpt.Forward(tokens, targets, B, T);
+    gpt.Backward(0.5f);
+  }
+  for (size_t i = 0; i < once.size(); i++) {
+    ASSERT_NEAR(gpt.gradients()[i], once[i], 1e-6f + 1e-5f * std::abs(once[i])) << i;
+  }
+}
+
+TEST(GptTest, ForwardWithoutTargetsGivesTheSameLogits) {
+  const GptConfig c{1, 16, 2, 8, 32};
+  const int B = 2, T = 7;  // T below seq_len
+  const std::vector<int32_t> tokens = RandomIds(B * T, c.vocab, 1);
+  const std::vector<int32_t> targets = RandomIds(B * T, c.vocab, 2);
+  Gpt gpt(c);
+  gpt.InitParameters(3);
+  EXPECT_GT(gpt.Forward(tokens, targets, B, T), 0.0f);
+  const std::vector<float> with(gpt.logits().begin(), gpt.logits().end());
+  EXPECT_EQ(gpt.Forward(tokens, {}, B, T), 0.0f);
+  ASSERT_EQ(gpt.logits().size(), static_cast<size_t>(B * T * c.vocab));
+  EXPECT_EQ(0, std::memcmp(with.data(), gpt.logits().data(), with.size() * sizeof(float)));
+  EXPECT_THROW(gpt.Backward(), std::logic_error);  // no targets
+}
+
+TEST(GptTest, RefusesBadInput) {
+  const GptConfig c{1, 16, 2, 8, 32};
+  Gpt gpt(c);
+  gpt.InitParameters(3);
+  std::vector<int32_t> ids(2 * 9, 1);
+  EXPECT_THROW(gpt.Forward(ids, ids, 2, 9), std::invalid_argument);  // T > seq_len
+  ids.resize(2 * 8);
+  EXPECT_THROW(gpt.Forward(ids, ids, 2, 7), std::invalid_argument);  // size != B*T
+  ids[5] = 32;
+  EXPECT_THROW(gpt.Forward(ids, {}, 2, 8), std::out_of_range);
+  EXPECT_THROW(gpt.Backward(), std::logic_error);
+}
+
+}  // namespace
+}  // namespace tessera::model

@@ -1,0 +1,227 @@
+// Each layer's backward against central finite differences, in double precision. For a layer
+// y = f(x, w) and a fixed random upstream gradient g, the scalar L = sum(g * y) has
+// dL/dx = backward(g); every input and parameter element is perturbed by +-h and the
+// difference quotient compared with the analytic gradient.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "worker/model/cpu/layers.h"
+
+namespace tessera::model::cpu {
+namespace {
+
+using Vec = std::vector<double>;
+
+Vec Random(size_t n, std::mt19937_64& rng, double scale = 1.0) {
+  std::normal_distribution<double> dist(0.0, scale);
+  Vec v(n);
+  for (double& x : v)
+    x = dist(rng);
+  return v;
+}
+
+double Dot(const Vec& a, const Vec& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); i++)
+    s += a[i] * b[i];
+  return s;
+}
+
+// Compares analytic[i] with (L(x + h e_i) - L(x - h e_i)) / 2h for every element of x.
+void ExpectGradient(const std::string& what, Vec& x, const Vec& analytic,
+                    const std::function<double()>& loss) {
+  ASSERT_EQ(x.size(), analytic.size()) << what;
+  const double h = 1e-5;
+  double worst = 0;
+  for (size_t i = 0; i < x.size(); i++) {
+    const double saved = x[i];
+    x[i] = saved + h;
+    const double up = loss();
+    x[i] = saved - h;
+    const double down = loss();
+    x[i] = saved;
+    const double numeric = (up - down) / (2 * h);
+    const double err = std::abs(numeric - analytic[i]);
+    worst = std::max(worst, err / (1e-8 + std::abs(numeric)));
+    ASSERT_LE(err, 1e-8 + 1e-6 * std::abs(numeric))
+        << what << "[" << i << "]: analytic " << analytic[i] << " numeric " << numeric;
+  }
+  ::testing::Test::RecordProperty(what + "_worst_relative_error", std::to_string(worst));
+}
+
+class LayersTest : public ::testing::Test {
+ protected:
+  std::mt19937_64 rng{42};
+  static constexpr int B = 2, T = 5, C = 8, NH = 2;
+  static constexpr int N = B * T;
+};
+
+TEST_F(LayersTest, Encoder) {
+  const int V = 7;
+  std::vector<int32_t> tokens = {1, 3, 3, 0, 6, 3, 2, 1, 1, 5};  // repeated ids on purpose
+  Vec wte = Random(V * C, rng), wpe = Random(T * C, rng), g = Random(N * C, rng);
+  auto loss = [&] {
+    Vec out(N * C);
+    encoder_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
+    return Dot(out, g);
+  };
+  Vec dwte(V * C, 0.0), dwpe(T * C, 0.0);
+  encoder_backward(dwte.data(), dwpe.data(), g.data(), tokens.data(), B, T, C);
+  ExpectGradient("dwte", wte, dwte, loss);
+  ExpectGradient("dwpe", wpe, dwpe, loss);
+}
+
+TEST_F(LayersTest, LayerNorm) {
+  Vec x = Random(N * C, rng, 2.0), w = Random(C, rng), b = Random(C, rng), g = Random(N * C, rng);
+  Vec mean(N), rstd(N);
+  auto loss = [&] {
+    Vec out(N * C);
+    layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
+    return Dot(out, g);
+  };
+  loss();
+  // dinp accumulates: start from a known non-zero value and subtract it afterwards.
+  Vec dx(N * C, 0.5), dw(C, 0.0), db(C, 0.0);
+  layernorm_backward(dx.data(), dw.data(), db.data(), g.data(), x.data(), w.data(), mean.data(),
+                     rstd.data(), N, C);
+  for (double& v : dx)
+    v -= 0.5;
+  ExpectGradient("dinp", x, dx, loss);
+  ExpectGradient("dweight", w, dw, loss);
+  ExpectGradient("dbias", b, db, loss);
+}
+
+TEST_F(LayersTest, Matmul) {
+  const int OC = 6;
+  Vec x = Random(N * C, rng), w = Random(OC * C, rng), b = Random(OC, rng), g = Random(N * OC, rng);
+  auto loss = [&] {
+    Vec out(N * OC);
+    matmul_forward(out.data(), x.data(), w.data(), b.data(), N, C, OC);
+    return Dot(out, g);
+  };
+  Vec dx(N * C, 7.0), dw(OC * C, 0.0), db(OC, 0.0);  // dinp is overwritten, not accumulated
+  matmul_backward(dx.data(), dw.data(), db.data(), g.data(), x.data(), w.data(), N, C, OC);
+  ExpectGradient("dinp", x, dx, loss);
+  ExpectGradient("dweight", w, dw, loss);
+  ExpectGradient("dbias", b, db, loss);
+}
+
+TEST_F(LayersTest, MatmulResidual) {
+  const int OC = 6;
+  Vec r = Random(N * OC, rng), x = Random(N * C, rng), w = Random(OC * C, rng), b = Random(OC, rng),
+      g = Random(N * OC, rng);
+  Vec out(N * OC), plain(N * OC);
+  matmul_residual_forward(out.data(), r.data(), x.data(), w.data(), b.data(), N, C, OC);
+  matmul_forward(plain.data(), x.data(), w.data(), b.data(), N, C, OC);
+  for (int i = 0; i < N * OC; i++)
+    EXPECT_NEAR(out[i], plain[i] + r[i], 1e-12) << i;
+  auto loss = [&] {
+    matmul_residual_forward(out.data(), r.data(), x.data(), w.data(), b.data(), N, C, OC);
+    return Dot(out, g);
+  };
+  Vec dx(N * C), dw(OC * C, 0.0), db(OC, 0.0);
+  matmul_backward(dx.data(), dw.data(), db.data(), g.data(), x.data(), w.data(), N, C, OC);
+  ExpectGradient("dinp", x, dx, loss);
+  ExpectGradient("dweight", w, dw, loss);
+  ExpectGradient("dresidual", r, g, loss);  // the residual passes the gradient unchanged
+}
+
+TEST_F(LayersTest, Attention) {
+  Vec qkv = Random(N * 3 * C, rng), g = Random(N * C, rng);
+  Vec att(B * NH * T * T);
+  auto loss = [&] {
+    Vec out(N * C);
+    attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+    return Dot(out, g);
+  };
+  loss();
+  Vec dqkv(N * 3 * C, 3.0);  // overwritten
+  attention_backward(dqkv.data(), g.data(), qkv.data(), att.data(), B, T, C, NH);
+  ExpectGradient("dqkv", qkv, dqkv, loss);
+}
+
+TEST_F(LayersTest, AttentionIsCausalAndNormalised) {
+  Vec qkv = Random(N * 3 * C, rng), out(N * C), att(B * NH * T * T);
+  attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+  for (int bh = 0; bh < B * NH; bh++) {
+    for (int t = 0; t < T; t++) {
+      double sum = 0;
+      for (int t2 = 0; t2 <= t; t2++)
+        sum += att[(bh * T + t) * T + t2];
+      EXPECT_NEAR(sum, 1.0, 1e-12);
+    }
+  }
+  // A change to the last position's key and value leaves every earlier output unchanged.
+  Vec changed = qkv;
+  for (int b = 0; b < B; b++) {
+    for (int i = C; i < 3 * C; i++)
+      changed[(b * T + T - 1) * 3 * C + i] += 1.0;
+  }
+  Vec out2(N * C);
+  attention_forward(out2.data(), att.data(), changed.data(), B, T, C, NH);
+  for (int b = 0; b < B; b++) {
+    for (int t = 0; t < T - 1; t++) {
+      for (int i = 0; i < C; i++) {
+        EXPECT_EQ(out[(b * T + t) * C + i], out2[(b * T + t) * C + i]);
+      }
+    }
+    EXPECT_NE(out[(b * T + T - 1) * C], out2[(b * T + T - 1) * C]);
+  }
+}
+
+TEST_F(LayersTest, Gelu) {
+  Vec x = Random(N * C, rng, 2.0), g = Random(N * C, rng);
+  auto loss = [&] {
+    Vec out(N * C);
+    gelu_forward(out.data(), x.data(), N * C);
+    return Dot(out, g);
+  };
+  Vec dx(N * C);
+  gelu_backward(dx.data(), x.data(), g.data(), N * C);
+  ExpectGradient("dinp", x, dx, loss);
+  // Known values of the tanh approximation.
+  const double in[] = {0.0, 1.0, -1.0};
+  double out[3];
+  gelu_forward(out, in, 3);
+  EXPECT_NEAR(out[0], 0.0, 1e-12);
+  EXPECT_NEAR(out[1], 0.8411919906082768, 1e-9);
+  EXPECT_NEAR(out[2], -0.15880800939172324, 1e-9);
+}
+
+TEST_F(LayersTest, CrossEntropy) {
+  const int V = 9;
+  Vec logits = Random(N * V, rng, 3.0);
+  std::vector<int32_t> targets(N);
+  for (int n = 0; n < N; n++)
+    targets[n] = (n * 5) % V;
+  const double dloss = 0.7;
+  auto loss = [&] {
+    Vec losses(N), lse(N);
+    crossentropy_forward(losses.data(), lse.data(), logits.data(), targets.data(), N, V);
+    double sum = 0;
+    for (double l : losses)
+      sum += l;
+    return dloss * sum;
+  };
+  // Reference value of one row: -log softmax at the target.
+  {
+    Vec losses(N), lse(N);
+    crossentropy_forward(losses.data(), lse.data(), logits.data(), targets.data(), N, V);
+    double z = 0;
+    for (int i = 0; i < V; i++)
+      z += std::exp(logits[i]);
+    EXPECT_NEAR(losses[0], -std::log(std::exp(logits[targets[0]]) / z), 1e-12);
+  }
+  Vec d = logits, losses(N), lse(N);
+  crossentropy_forward(losses.data(), lse.data(), d.data(), targets.data(), N, V);
+  crossentropy_softmax_backward(d.data(), lse.data(), targets.data(), dloss, N, V);
+  ExpectGradient("dlogits", logits, d, loss);
+}
+
+}  // namespace
+}  // namespace tessera::model::cpu
