@@ -70,7 +70,6 @@ start() {
   shift
   local exe
   exe=$(readlink -f "$BIN/$name")
-  printf '==== %s starting at %s\n' "$name" "$(date -u +%FT%TZ)" >>"$LOGS/$name.log"
   # 9>&- : the child must not inherit (and so hold) the state lock.
   # Started by its .deps/bin path (so `pgrep -f .deps/bin` finds it); the recorded exe is
   # the resolved file, which /proc/<pid>/exe names.
@@ -134,6 +133,11 @@ wait_until() {
     done
     if [ $SECONDS -ge "$UP_DEADLINE" ]; then
       show_log "$blame" 40
+      if [ "$blame" = kube-apiserver ]; then
+        printf -- '---- readiness checks not passing (%s/readyz?verbose)\n' "$API_URL" >&2
+        curl -s --max-time 3 --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" \
+          "$API_URL/readyz?verbose" 2>&1 | grep -v ' ok$' >&2 || true
+      fi
       fail_up "timed out after ${TIMEOUT}s waiting for $what (log: $LOGS/$blame.log)"
     fi
     sleep 0.25
@@ -246,6 +250,19 @@ nodes_ready() {
   [ "$ready" -ge "$NODES" ]
 }
 
+# kwok acts for every simulated kubelet: it may touch nodes, pods, leases and events.
+bind_kwok() {
+  kubectl_ apply -f - <<EOF
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: tessera-kwok
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}
+subjects:
+- {apiGroup: rbac.authorization.k8s.io, kind: User, name: "tessera:kwok"}
+EOF
+}
+
 # Creates (or keeps) kwok-node-0 .. kwok-node-<NODES-1> from tests/cluster/kwok/node.yaml.
 create_nodes() {
   local i
@@ -294,6 +311,11 @@ cmd_up() {
     stop_all
   fi
   clear_state
+  # Each start gets fresh logs; the previous run's stay beside them as <name>.previous.log.
+  local name
+  for name in "${COMPONENTS[@]}"; do
+    if [ -f "$LOGS/$name.log" ]; then mv -f "$LOGS/$name.log" "$LOGS/$name.previous.log"; fi
+  done
   UP_DEADLINE=$((SECONDS + TIMEOUT))
 
   trap 'fail_up "interrupted"' INT TERM
@@ -370,9 +392,7 @@ EOF
     --bind-address 127.0.0.1 --secure-port "$SCHED_PORT" --cert-dir "$STATE/scheduler" \
     --leader-elect=false --profiling=false
 
-  # kwok acts for every simulated kubelet: it may touch nodes, pods, leases and events.
-  wait_until "kwok's role binding" kube-apiserver \
-    kubectl_ create clusterrolebinding tessera-kwok --clusterrole cluster-admin --user tessera:kwok
+  wait_until "kwok's role binding" kube-apiserver bind_kwok
   log "kwok managing $NODES simulated nodes"
   mkdir -p "$STATE/kwok-home"
   # HOME points kwok away from a developer's ~/.kwok/kwok.yaml: only our Stages apply.
@@ -428,6 +448,12 @@ cmd_status() {
   done
   if [ -f "$STATE/cluster.env" ]; then
     printf '%-24s %s\n' apiserver "$(sed -n 's/^API_URL=//p' "$STATE/cluster.env")"
+  fi
+  if [ $rc -eq 0 ] && [ -f "$KUBECONFIG_FILE" ]; then
+    local nodes
+    nodes=$(kubectl_ get nodes -l tessera.dev/simulated=true --no-headers 2>/dev/null |
+      awk '{ n++ } $2 == "Ready" { r++ } END { printf "%d of %d Ready", r, n }') || nodes="unknown"
+    printf '%-24s %s\n' "simulated nodes" "$nodes"
   fi
   printf '%-24s %s\n' kubeconfig "$KUBECONFIG_FILE" logs "$LOGS"
   return $rc
