@@ -101,10 +101,10 @@ stop_all() {
   done
 }
 
-# Removes everything in the state directory except logs/ and the lock.
+# Removes everything in the state directory except logs/ (which also holds the lock).
 clear_state() {
   [ -d "$STATE" ] || return 0
-  find "$STATE" -mindepth 1 -maxdepth 1 ! -name logs ! -name lock -exec rm -rf {} +
+  find "$STATE" -mindepth 1 -maxdepth 1 ! -name logs -exec rm -rf {} +
 }
 
 # ------------------------------------------------------------------ waiting
@@ -298,8 +298,8 @@ all_running() {
 cmd_up() {
   check_setup
   mkdir -p "$STATE" "$LOGS"
-  exec 9>"$STATE/lock"
-  flock -w 120 9 || die "another cluster.sh holds $STATE/lock" 1
+  exec 9>"$LOGS/.lock"
+  flock -w 120 9 || die "another cluster.sh holds $LOGS/.lock" 1
 
   if all_running; then
     echo "the control plane in $STATE is already running"
@@ -418,8 +418,9 @@ cmd_down() {
     echo "no control plane in $STATE"
     return 0
   fi
-  exec 9>"$STATE/lock"
-  flock -w 120 9 || die "another cluster.sh holds $STATE/lock" 1
+  mkdir -p "$LOGS"
+  exec 9>"$LOGS/.lock"
+  flock -w 120 9 || die "another cluster.sh holds $LOGS/.lock" 1
   if [ ! -f "$PIDS" ]; then
     echo "no control plane running in $STATE"
   else
