@@ -21,8 +21,8 @@
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-STATE=${TESSERA_CLUSTER_DIR:-$REPO/.cluster}
-BIN=${TESSERA_DEPS_BIN:-$REPO/.deps/bin}
+STATE=$(realpath -m "${TESSERA_CLUSTER_DIR:-$REPO/.cluster}")
+BIN=$(realpath -m "${TESSERA_DEPS_BIN:-$REPO/.deps/bin}")
 NODES=${TESSERA_CLUSTER_NODES:-4}
 TIMEOUT=${TESSERA_CLUSTER_TIMEOUT:-90}
 KWOK_DIR=$REPO/tests/cluster/kwok
