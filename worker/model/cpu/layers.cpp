@@ -4,8 +4,10 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 namespace tessera::model::cpu {
@@ -28,22 +30,167 @@ void Gemm(bool trans_a, bool trans_b, int M, int N, int K, double alpha, const d
 // on the number of threads.
 constexpr int kColumnBlock = 32;
 
-template <typename F>
-F Dot(const F* a, const F* b, int n) {
-  F sum = 0;
-#pragma omp simd reduction(+ : sum)
-  for (int i = 0; i < n; i++)
-    sum += a[i] * b[i];
-  return sum;
+// Hot loops are compiled for AVX-512, for AVX2 and for baseline x86-64; the loader picks
+// the best the CPU has (GCC function multi-versioning), so one binary runs everywhere. The
+// OpenMP-parallel loops stay outside these functions: they call them on rows or chunks.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define TESSERA_VECTOR_CLONES \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define TESSERA_VECTOR_CLONES
+#endif
+
+// exp(x) in float without a libm call, so that loops around it vectorise: x = n ln2 + r with
+// |r| <= ln2 / 2 (Cody-Waite split of ln2), exp(r) by its Taylor polynomial of degree 7
+// (truncation below 1e-8), times 2^n built in the exponent bits. Inputs are clamped to
+// [-87, 88], inside float's normal range.
+inline float ExpFast(float x) {
+  x = std::min(std::max(x, -87.0f), 88.0f);
+  const float n = std::floor(x * 1.44269504088896341f + 0.5f);
+  const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
+  float p = 1.0f / 5040;
+  p = p * r + 1.0f / 720;
+  p = p * r + 1.0f / 120;
+  p = p * r + 1.0f / 24;
+  p = p * r + 1.0f / 6;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  return p * std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
 }
 
-// y (n) += alpha * x (n).
+// The float kernels use the fast forms; the double ones (the test reference) use libm.
 template <typename F>
-void Axpy(F* y, F alpha, const F* x, int n) {
+inline F Exp(F x) {
+  if constexpr (std::is_same_v<F, float>) {
+    return ExpFast(x);
+  } else {
+    return std::exp(x);
+  }
+}
+
+// tanh(u) = 1 - 2 / (exp(2u) + 1); absolute error about 1e-7 in float.
+template <typename F>
+inline F Tanh(F u) {
+  if constexpr (std::is_same_v<F, float>) {
+    return 1.0f - 2.0f / (ExpFast(2.0f * u) + 1.0f);
+  } else {
+    return std::tanh(u);
+  }
+}
+
+// Width of the register blocks of the attention helpers below.
+constexpr int kLanes = 16;
+
+// scores[c] = scale * sum_i q[i] * mt[i * ldm + c] for c < n: a row times a matrix stored
+// transposed (hs rows of at least round_up(n, kLanes) columns), one block of kLanes outputs
+// in registers at a time.
+template <typename F>
+TESSERA_VECTOR_CLONES void RowTimesTransposed(F* scores, const F* q, const F* mt, int ldm, int hs,
+                                              int n, F scale) {
+  for (int c = 0; c < n; c += kLanes) {
+    F acc[kLanes] = {};
+    for (int i = 0; i < hs; i++) {
+      const F qi = q[i];
+      const F* m = mt + static_cast<int64_t>(i) * ldm + c;
+#pragma omp simd
+      for (int j = 0; j < kLanes; j++)
+        acc[j] += qi * m[j];
+    }
+    const int m = std::min(kLanes, n - c);
+    for (int j = 0; j < m; j++)
+      scores[c + j] = acc[j] * scale;
+  }
+}
+
+// out[j] = sum_{r < n} w[r * wstride] * rows[r * ld + j] for j < hs: a weighted sum of n rows,
+// kLanes outputs in registers at a time.
+template <typename F>
+TESSERA_VECTOR_CLONES void WeightedRowSum(F* out, const F* w, int64_t wstride, const F* rows,
+                                          int64_t ld, int n, int hs) {
+  int j0 = 0;
+  for (; j0 + kLanes <= hs; j0 += kLanes) {
+    F acc[kLanes] = {};
+    for (int r = 0; r < n; r++) {
+      const F wr = w[r * wstride];
+      const F* row = rows + r * ld + j0;
+#pragma omp simd
+      for (int j = 0; j < kLanes; j++)
+        acc[j] += wr * row[j];
+    }
+    for (int j = 0; j < kLanes; j++)
+      out[j0 + j] = acc[j];
+  }
+  for (int j = j0; j < hs; j++) {
+    F acc = 0;
+    for (int r = 0; r < n; r++)
+      acc += w[r * wstride] * rows[r * ld + j];
+    out[j] = acc;
+  }
+}
+
+// dst (hs, ld) = the hs columns of n rows of src (row stride src_ld), transposed; columns
+// n..ld of dst are zeroed so that RowTimesTransposed may read whole register blocks.
+template <typename F>
+void Transpose(F* dst, int ld, const F* src, int64_t src_ld, int n, int hs) {
+  for (int i = 0; i < hs; i++) {
+    F* d = dst + static_cast<int64_t>(i) * ld;
+    for (int r = 0; r < n; r++)
+      d[r] = src[r * src_ld + i];
+    std::fill(d + n, d + ld, F(0));
+  }
+}
+
+// Softmax of scores[0..n) in place (the causal row of one query).
+template <typename F>
+TESSERA_VECTOR_CLONES void SoftmaxRow(F* scores, int n) {
+  F maxval = scores[0];
+  for (int i = 1; i < n; i++)
+    maxval = std::max(maxval, scores[i]);
+  F sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int i = 0; i < n; i++) {
+    const F e = Exp(scores[i] - maxval);
+    scores[i] = e;
+    sum += e;
+  }
+  const F inv = F(1) / sum;
 #pragma omp simd
   for (int i = 0; i < n; i++)
-    y[i] += alpha * x[i];
+    scores[i] *= inv;
 }
+
+template <typename F>
+TESSERA_VECTOR_CLONES void GeluForwardSpan(F* out, const F* inp, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; i++) {
+    const F x = inp[i];
+    out[i] = F(0.5) * x * (F(1) + Tanh(F(0.7978845608028654) * (x + F(0.044715) * x * x * x)));
+  }
+}
+
+template <typename F>
+TESSERA_VECTOR_CLONES void GeluBackwardSpan(F* dinp, const F* inp, const F* dout, int64_t n) {
+  const F s = F(0.7978845608028654);  // sqrt(2 / pi)
+#pragma omp simd
+  for (int64_t i = 0; i < n; i++) {
+    const F x = inp[i];
+    const F th = Tanh(s * (x + F(0.044715) * x * x * x));
+    const F sech2 = F(1) - th * th;
+    const F grad = F(0.5) * (F(1) + th) + F(0.5) * x * sech2 * s * (F(1) + F(3 * 0.044715) * x * x);
+    dinp[i] = grad * dout[i];
+  }
+}
+
+// Below this many elements of work a kernel runs on the calling thread: waking the team
+// would cost more than it saves.
+constexpr int64_t kMinParallelWork = 1 << 15;
+inline bool Parallel(int64_t work) {
+  return work >= kMinParallelWork;
+}
+
+// Elementwise kernels run on chunks of this many elements, one chunk per task.
+constexpr int64_t kChunk = 16384;
 
 }  // namespace
 
@@ -51,7 +198,7 @@ void Axpy(F* y, F alpha, const F* x, int n) {
 template <typename F>
 void encoder_forward(F* out, const int32_t* tokens, const F* wte, const F* wpe, int B, int T,
                      int C) {
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for if (Parallel(int64_t{B} * T * C)) collapse(2) schedule(static)
   for (int b = 0; b < B; b++) {
     for (int t = 0; t < T; t++) {
       F* out_bt = out + (static_cast<int64_t>(b) * T + t) * C;
@@ -68,7 +215,7 @@ void encoder_backward(F* dwte, F* dwpe, const F* dout, const int32_t* tokens, in
   // Several positions may share a token: split the channels, not the positions, so every
   // dwte element is summed by one thread in (b, t) order.
   const int blocks = (C + kColumnBlock - 1) / kColumnBlock;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for if (Parallel(int64_t{B} * T * C)) schedule(static)
   for (int blk = 0; blk < blocks; blk++) {
     const int c0 = blk * kColumnBlock;
     const int c1 = std::min(C, c0 + kColumnBlock);
@@ -91,7 +238,7 @@ template <typename F>
 void layernorm_forward(F* out, F* mean, F* rstd, const F* inp, const F* weight, const F* bias,
                        int N, int C) {
   const F eps = F(1e-5);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for if (Parallel(int64_t{N} * C)) schedule(static)
   for (int n = 0; n < N; n++) {
     const F* x = inp + static_cast<int64_t>(n) * C;
     F m = 0;
@@ -118,7 +265,7 @@ template <typename F>
 void layernorm_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp, const F* weight,
                         const F* mean, const F* rstd, int N, int C) {
   // dinp: rows are independent.
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for if (Parallel(int64_t{N} * C)) schedule(static)
   for (int n = 0; n < N; n++) {
     const F* dy = dout + static_cast<int64_t>(n) * C;
     const F* x = inp + static_cast<int64_t>(n) * C;
@@ -143,7 +290,7 @@ void layernorm_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* i
   }
   // dweight, dbias: sums over rows, one column block per thread.
   const int blocks = (C + kColumnBlock - 1) / kColumnBlock;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for if (Parallel(int64_t{N} * C)) schedule(static)
   for (int blk = 0; blk < blocks; blk++) {
     const int c0 = blk * kColumnBlock;
     const int c1 = std::min(C, c0 + kColumnBlock);
@@ -165,7 +312,7 @@ void layernorm_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* i
 template <typename F>
 void matmul_forward(F* out, const F* inp, const F* weight, const F* bias, int N, int C, int OC) {
   if (bias != nullptr) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for if (Parallel(int64_t{N} * OC)) schedule(static)
     for (int n = 0; n < N; n++) {
       std::copy(bias, bias + OC, out + static_cast<int64_t>(n) * OC);
     }
@@ -176,7 +323,7 @@ void matmul_forward(F* out, const F* inp, const F* weight, const F* bias, int N,
 template <typename F>
 void matmul_residual_forward(F* out, const F* residual, const F* inp, const F* weight,
                              const F* bias, int N, int C, int OC) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for if (Parallel(int64_t{N} * OC)) schedule(static)
   for (int n = 0; n < N; n++) {
     const F* r = residual + static_cast<int64_t>(n) * OC;
     F* o = out + static_cast<int64_t>(n) * OC;
@@ -195,7 +342,7 @@ void matmul_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp,
   Gemm(true, false, OC, C, N, F(1), dout, OC, inp, C, F(1), dweight, C);
   if (dbias != nullptr) {
     const int blocks = (OC + kColumnBlock - 1) / kColumnBlock;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for if (Parallel(int64_t{N} * OC)) schedule(static)
     for (int blk = 0; blk < blocks; blk++) {
       const int c0 = blk * kColumnBlock;
       const int c1 = std::min(OC, c0 + kColumnBlock);
@@ -214,36 +361,26 @@ template <typename F>
 void attention_forward(F* out, F* att, const F* qkv, int B, int T, int C, int NH) {
   const int hs = C / NH;
   const int64_t C3 = 3 * static_cast<int64_t>(C);
+  const int Tp = (T + kLanes - 1) / kLanes * kLanes;
   const F scale = F(1) / std::sqrt(static_cast<F>(hs));
-#pragma omp parallel for collapse(3) schedule(dynamic, 8)
-  for (int b = 0; b < B; b++) {
-    for (int h = 0; h < NH; h++) {
-      for (int t = 0; t < T; t++) {
-        const F* q = qkv + (static_cast<int64_t>(b) * T + t) * C3 + h * hs;
-        F* att_row = att + ((static_cast<int64_t>(b) * NH + h) * T + t) * T;
-        // Scores for t2 <= t (the causal mask), then a softmax over them.
-        F maxval = -std::numeric_limits<F>::infinity();
-        for (int t2 = 0; t2 <= t; t2++) {
-          const F* k = qkv + (static_cast<int64_t>(b) * T + t2) * C3 + C + h * hs;
-          const F score = Dot(q, k, hs) * scale;
-          att_row[t2] = score;
-          maxval = std::max(maxval, score);
-        }
-        F sum = 0;
-        for (int t2 = 0; t2 <= t; t2++) {
-          const F e = std::exp(att_row[t2] - maxval);
-          att_row[t2] = e;
-          sum += e;
-        }
-        const F inv = F(1) / sum;
-        for (int t2 = 0; t2 <= t; t2++)
-          att_row[t2] *= inv;
-        // Weighted sum of the values.
-        F* o = out + (static_cast<int64_t>(b) * T + t) * C + h * hs;
-        std::fill(o, o + hs, F(0));
-        for (int t2 = 0; t2 <= t; t2++) {
-          const F* v = qkv + (static_cast<int64_t>(b) * T + t2) * C3 + 2 * C + h * hs;
-          Axpy(o, att_row[t2], v, hs);
+#pragma omp parallel if (Parallel(int64_t{B} * T * T * C))
+  {
+    std::vector<F> kt(static_cast<size_t>(hs) * Tp);  // (hs, Tp) keys of one head, transposed
+#pragma omp for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++) {
+      for (int h = 0; h < NH; h++) {
+        const F* q = qkv + static_cast<int64_t>(b) * T * C3 + h * hs;  // row t at q + t*C3
+        const F* k = q + C;
+        const F* v = q + 2 * C;
+        F* att_bh = att + (static_cast<int64_t>(b) * NH + h) * T * T;
+        Transpose(kt.data(), Tp, k, C3, T, hs);
+        for (int t = 0; t < T; t++) {
+          // Scores against keys t2 <= t only (the causal mask), softmax, weighted values.
+          F* att_row = att_bh + static_cast<int64_t>(t) * T;
+          RowTimesTransposed(att_row, q + t * C3, kt.data(), Tp, hs, t + 1, scale);
+          SoftmaxRow(att_row, t + 1);
+          F* o = out + (static_cast<int64_t>(b) * T + t) * C + h * hs;
+          WeightedRowSum(o, att_row, 1, v, C3, t + 1, hs);
         }
       }
     }
@@ -255,41 +392,44 @@ void attention_backward(F* dqkv, const F* dout, const F* qkv, const F* att, int 
                         int NH) {
   const int hs = C / NH;
   const int64_t C3 = 3 * static_cast<int64_t>(C);
+  const int Tp = (T + kLanes - 1) / kLanes * kLanes;
   const F scale = F(1) / std::sqrt(static_cast<F>(hs));
-  // dk and dv of a position collect contributions from every later query: one (b, h) per
-  // iteration keeps each of those sums on one thread, in t order.
-#pragma omp parallel
+  // One (b, h) per task: every gradient element is one weighted sum computed by one thread.
+#pragma omp parallel if (Parallel(int64_t{B} * T * T * C))
   {
-    std::vector<F> datt(T);
+    std::vector<F> vt(static_cast<size_t>(hs) * Tp);    // (hs, Tp) values, transposed
+    std::vector<F> dscore(static_cast<size_t>(T) * T);  // (T, T) gradient of the scores
 #pragma omp for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
       for (int h = 0; h < NH; h++) {
+        const int64_t row0 = static_cast<int64_t>(b) * T;
+        const F* q = qkv + row0 * C3 + h * hs;  // row t at q + t*C3
+        const F* k = q + C;
+        const F* v = q + 2 * C;
+        F* dq = dqkv + row0 * C3 + h * hs;
+        F* dk = dq + C;
+        F* dv = dq + 2 * C;
+        const F* dy = dout + row0 * C + h * hs;  // row t at dy + t*C
+        const F* p = att + (static_cast<int64_t>(b) * NH + h) * T * T;
+        Transpose(vt.data(), Tp, v, C3, T, hs);
         for (int t = 0; t < T; t++) {
-          F* row = dqkv + (static_cast<int64_t>(b) * T + t) * C3 + h * hs;
-          std::fill(row, row + hs, F(0));
-          std::fill(row + C, row + C + hs, F(0));
-          std::fill(row + 2 * C, row + 2 * C + hs, F(0));
+          // d(att)[t2] = dy[t] . v[t2]; softmax backward; times the score scale.
+          F* ds = dscore.data() + static_cast<int64_t>(t) * T;
+          const F* p_row = p + static_cast<int64_t>(t) * T;
+          RowTimesTransposed(ds, dy + t * C, vt.data(), Tp, hs, t + 1, F(1));
+          F weighted = 0;
+          for (int t2 = 0; t2 <= t; t2++)
+            weighted += p_row[t2] * ds[t2];
+          for (int t2 = 0; t2 <= t; t2++)
+            ds[t2] = p_row[t2] * (ds[t2] - weighted) * scale;
+          // dq[t] = sum_{t2 <= t} dscore[t, t2] k[t2].
+          WeightedRowSum(dq + t * C3, ds, 1, k, C3, t + 1, hs);
         }
-        for (int t = 0; t < T; t++) {
-          const F* att_row = att + ((static_cast<int64_t>(b) * NH + h) * T + t) * T;
-          const F* dy = dout + (static_cast<int64_t>(b) * T + t) * C + h * hs;
-          const F* q = qkv + (static_cast<int64_t>(b) * T + t) * C3 + h * hs;
-          F* dq = dqkv + (static_cast<int64_t>(b) * T + t) * C3 + h * hs;
-          // out = att @ v: gradients of att and v.
-          F weighted = 0;  // sum_t2 att[t2] * datt[t2]
-          for (int t2 = 0; t2 <= t; t2++) {
-            const int64_t base = (static_cast<int64_t>(b) * T + t2) * C3 + h * hs;
-            datt[t2] = Dot(qkv + base + 2 * C, dy, hs);
-            weighted += att_row[t2] * datt[t2];
-            Axpy(dqkv + base + 2 * C, att_row[t2], dy, hs);
-          }
-          // Softmax backward, then the scores q.k * scale.
-          for (int t2 = 0; t2 <= t; t2++) {
-            const int64_t base = (static_cast<int64_t>(b) * T + t2) * C3 + h * hs;
-            const F dscore = att_row[t2] * (datt[t2] - weighted) * scale;
-            Axpy(dq, dscore, qkv + base + C, hs);
-            Axpy(dqkv + base + C, dscore, q, hs);
-          }
+        for (int t2 = 0; t2 < T; t2++) {
+          // Sums over the queries t >= t2 that saw position t2 (a column of att / dscore).
+          const int64_t diag = static_cast<int64_t>(t2) * T + t2;
+          WeightedRowSum(dv + t2 * C3, p + diag, T, dy + t2 * C, C, T - t2, hs);
+          WeightedRowSum(dk + t2 * C3, dscore.data() + diag, T, q + t2 * C3, C3, T - t2, hs);
         }
       }
     }
@@ -297,31 +437,23 @@ void attention_backward(F* dqkv, const F* dout, const F* qkv, const F* att, int 
 }
 
 // ---------------------------------------------------------------------------------------
-namespace {
-template <typename F>
-constexpr F kGeluScale = F(0.7978845608028654);  // sqrt(2 / pi)
-}
-
 template <typename F>
 void gelu_forward(F* out, const F* inp, int64_t N) {
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < N; i++) {
-    const F x = inp[i];
-    const F cube = F(0.044715) * x * x * x;
-    out[i] = F(0.5) * x * (F(1) + std::tanh(kGeluScale<F> * (x + cube)));
+  const int64_t chunks = (N + kChunk - 1) / kChunk;
+#pragma omp parallel for if (Parallel(N)) schedule(static)
+  for (int64_t c = 0; c < chunks; c++) {
+    const int64_t i0 = c * kChunk;
+    GeluForwardSpan(out + i0, inp + i0, std::min(kChunk, N - i0));
   }
 }
 
 template <typename F>
 void gelu_backward(F* dinp, const F* inp, const F* dout, int64_t N) {
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < N; i++) {
-    const F x = inp[i];
-    const F th = std::tanh(kGeluScale<F> * (x + F(0.044715) * x * x * x));
-    const F sech2 = F(1) - th * th;
-    const F grad = F(0.5) * (F(1) + th) +
-                   F(0.5) * x * sech2 * kGeluScale<F> * (F(1) + F(3 * 0.044715) * x * x);
-    dinp[i] = grad * dout[i];
+  const int64_t chunks = (N + kChunk - 1) / kChunk;
+#pragma omp parallel for if (Parallel(N)) schedule(static)
+  for (int64_t c = 0; c < chunks; c++) {
+    const int64_t i0 = c * kChunk;
+    GeluBackwardSpan(dinp + i0, inp + i0, dout + i0, std::min(kChunk, N - i0));
   }
 }
 
@@ -329,7 +461,7 @@ void gelu_backward(F* dinp, const F* inp, const F* dout, int64_t N) {
 template <typename F>
 void crossentropy_forward(F* losses, F* lse, const F* logits, const int32_t* targets, int N,
                           int V) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for if (Parallel(int64_t{N} * V)) schedule(static)
   for (int n = 0; n < N; n++) {
     const F* row = logits + static_cast<int64_t>(n) * V;
     F maxval = row[0];
@@ -346,7 +478,7 @@ void crossentropy_forward(F* losses, F* lse, const F* logits, const int32_t* tar
 template <typename F>
 void crossentropy_softmax_backward(F* logits_to_dlogits, const F* lse, const int32_t* targets,
                                    F dloss, int N, int V) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for if (Parallel(int64_t{N} * V)) schedule(static)
   for (int n = 0; n < N; n++) {
     F* row = logits_to_dlogits + static_cast<int64_t>(n) * V;
     const F l = lse[n];
