@@ -6,6 +6,9 @@
 #   scripts/cluster.sh up       start it; prints `export KUBECONFIG=...`
 #   scripts/cluster.sh down     stop exactly what `up` started; keeps logs/
 #   scripts/cluster.sh status   each component and whether it is running
+#   scripts/cluster.sh stop|start|restart <component>
+#                               one component (etcd, kube-apiserver, ...), same ports and
+#                               data: for tests of clients surviving an outage
 #
 # Environment:
 #   TESSERA_CLUSTER_DIR      state directory (default: <repo>/.cluster)
@@ -38,7 +41,7 @@ log() { printf '[cluster %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { printf 'cluster.sh: %s\n' "$1" >&2; exit "${2:-1}"; }
 
 usage() {
-  sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -62,9 +65,12 @@ component_running() {
 }
 
 # start <name> [VAR=value ...] -- <args...>: runs .deps/bin/<name> detached (own session,
-# stdio to logs/<name>.log) and records "name pid exe" in pids.
+# stdio to logs/<name>.log), records "name pid exe" in pids and the command line in
+# cmd/<name> (one word a line: the environment, "--", the arguments) for `start <name>`.
 start() {
   local name=$1; shift
+  mkdir -p "$STATE/cmd"
+  printf '%s\n' "$@" >"$STATE/cmd/$name"
   local envs=()
   while [ "$1" != "--" ]; do envs+=("$1"); shift; done
   shift
@@ -74,31 +80,40 @@ start() {
   # Started by its .deps/bin path (so `pgrep -f .deps/bin` finds it); the recorded exe is
   # the resolved file, which /proc/<pid>/exe names.
   env "${envs[@]}" setsid "$BIN/$name" "$@" </dev/null >>"$LOGS/$name.log" 2>&1 9>&- &
-  echo "$name $! $exe" >>"$PIDS"
+  local pid=$!
+  if [ -f "$PIDS" ]; then
+    awk -v n="$name" '$1 != n' "$PIDS" >"$PIDS.new"
+    mv -f "$PIDS.new" "$PIDS"
+  fi
+  echo "$name $pid $exe" >>"$PIDS"
 }
 
-# Stops every recorded component (newest first): TERM, then KILL after 15 s.
+# stop_one <name> [grace_s]: TERM, then KILL after grace_s (default 15), and waits until
+# it has exited. Only the recorded pid, and only while it still runs the recorded binary.
+stop_one() {
+  local name=$1 grace=${2:-15} pid exe deadline
+  pid=$(recorded_pid "$name"); exe=$(recorded_exe "$name")
+  [ -n "$pid" ] || return 0
+  if ! pid_runs "$pid" "$exe"; then
+    log "$name (pid $pid) is not running"
+    return 0
+  fi
+  kill -TERM "$pid" 2>/dev/null || true
+  deadline=$((SECONDS + grace))
+  while pid_runs "$pid" "$exe" && [ $SECONDS -lt $deadline ]; do sleep 0.1; done
+  if pid_runs "$pid" "$exe"; then
+    log "$name (pid $pid) still runs ${grace}s after SIGTERM; killing it"
+    kill -KILL "$pid" 2>/dev/null || true
+    while pid_runs "$pid" "$exe"; do sleep 0.1; done
+  fi
+  log "stopped $name (pid $pid)"
+}
+
+# Stops every recorded component, newest first.
 stop_all() {
   [ -f "$PIDS" ] || return 0
-  local i name pid exe deadline
-  for ((i = ${#COMPONENTS[@]} - 1; i >= 0; i--)); do
-    name=${COMPONENTS[$i]}
-    pid=$(recorded_pid "$name"); exe=$(recorded_exe "$name")
-    [ -n "$pid" ] || continue
-    if ! pid_runs "$pid" "$exe"; then
-      log "$name (pid $pid) is not running"
-      continue
-    fi
-    kill -TERM "$pid" 2>/dev/null || true
-    deadline=$((SECONDS + 15))
-    while pid_runs "$pid" "$exe" && [ $SECONDS -lt $deadline ]; do sleep 0.1; done
-    if pid_runs "$pid" "$exe"; then
-      log "$name (pid $pid) ignored SIGTERM for 15 s; killing it"
-      kill -KILL "$pid" 2>/dev/null || true
-      while pid_runs "$pid" "$exe"; do sleep 0.1; done
-    fi
-    log "stopped $name (pid $pid)"
-  done
+  local i
+  for ((i = ${#COMPONENTS[@]} - 1; i >= 0; i--)); do stop_one "${COMPONENTS[$i]}"; done
 }
 
 # Removes everything in the state directory except logs/ (which also holds the lock).
@@ -120,12 +135,13 @@ show_log() {
 
 # wait_until <description> <component whose log explains a failure> <command...>:
 # polls the command until it succeeds; fails on the overall deadline, or at once when a
-# started component has exited.
+# started component of WATCHED has exited.
+WATCHED=("${COMPONENTS[@]}")
 wait_until() {
   local what=$1 blame=$2; shift 2
   local name
   while ! "$@" >/dev/null 2>&1; do
-    for name in "${COMPONENTS[@]}"; do
+    for name in "${WATCHED[@]}"; do
       if [ -n "$(recorded_pid "$name")" ] && ! component_running "$name"; then
         show_log "$name" 40
         fail_up "$name exited while waiting for $what (log: $LOGS/$name.log)"
@@ -145,7 +161,8 @@ wait_until() {
 }
 
 fail_up() {
-  printf 'cluster.sh up: %s\n' "$1" >&2
+  printf 'cluster.sh %s: %s\n' "$COMMAND" "$1" >&2
+  if [ "$COMMAND" != up ]; then exit 1; fi
   log "stopping the components already started"
   stop_all
   clear_state
@@ -430,6 +447,51 @@ cmd_down() {
   clear_state
 }
 
+# Waits until a (re)started component serves again.
+wait_component() {
+  case $1 in
+    etcd) wait_until "etcd to be healthy" etcd etcd_healthy ;;
+    kube-apiserver) wait_until "kube-apiserver to be ready ($API_URL/readyz)" kube-apiserver api_ready ;;
+    kube-controller-manager)
+      wait_until "kube-controller-manager to be healthy" kube-controller-manager healthz "$KCM_PORT" ;;
+    kube-scheduler) wait_until "kube-scheduler to be healthy" kube-scheduler healthz "$SCHED_PORT" ;;
+    kwok) wait_until "$NODES simulated nodes to be Ready" kwok nodes_ready ;;
+  esac
+}
+
+# stop|start|restart <component>: for tests of how clients survive a component's outage
+# (the apiserver restarting, etcd unavailable, ...). `start` reuses the recorded command
+# line, so ports, certificates and data stay the same.
+cmd_component() {
+  local action=$1 name=${2:-}
+  case " ${COMPONENTS[*]} " in
+    *" $name "*) ;;
+    *) die "$action: unknown component '$name'; one of: ${COMPONENTS[*]}" 2 ;;
+  esac
+  [ -f "$PIDS" ] && [ -f "$STATE/cluster.env" ] || die "no control plane in $STATE; run scripts/cluster.sh up" 1
+  mkdir -p "$LOGS"
+  exec 9>"$LOGS/.lock"
+  flock -w 120 9 || die "another cluster.sh holds $LOGS/.lock" 1
+  # shellcheck disable=SC1091
+  source "$STATE/cluster.env"
+  KCM_PORT=$CONTROLLER_MANAGER_PORT SCHED_PORT=$SCHEDULER_PORT
+  UP_DEADLINE=$((SECONDS + TIMEOUT))
+  WATCHED=("$name")
+  # A short grace: kube-apiserver lingers with watches open, and an outage is the point.
+  if [ "$action" != start ]; then stop_one "$name" 5; fi
+  if [ "$action" != stop ]; then
+    if component_running "$name"; then
+      echo "$name is already running (pid $(recorded_pid "$name"))"
+      return 0
+    fi
+    local words=()
+    mapfile -t words <"$STATE/cmd/$name"
+    start "$name" "${words[@]}"
+    wait_component "$name"
+    log "started $name (pid $(recorded_pid "$name"))"
+  fi
+}
+
 cmd_status() {
   local name pid state rc=0
   if [ ! -f "$PIDS" ]; then
@@ -460,10 +522,12 @@ cmd_status() {
   return $rc
 }
 
-case ${1:-} in
+COMMAND=${1:-}
+case $COMMAND in
   up) cmd_up ;;
   down) cmd_down ;;
   status) cmd_status ;;
+  stop | start | restart) cmd_component "$COMMAND" "${2:-}" ;;
   -h | --help | help) usage ;;
   *) usage ;;
 esac
