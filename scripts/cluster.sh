@@ -166,6 +166,14 @@ fail_up() {
   log "stopping the components already started"
   stop_all
   clear_state
+  # The free ports are released before the components bind them; if another process took
+  # one in between, try once more with new ports.
+  local name logs=()
+  for name in "${COMPONENTS[@]}"; do logs+=("$LOGS/$name.log"); done
+  if [ -z "${TESSERA_CLUSTER_RETRIED:-}" ] && grep -qs 'address already in use' "${logs[@]}"; then
+    log "a chosen port was taken meanwhile; starting again with new ports"
+    TESSERA_CLUSTER_RETRIED=1 exec "$0" up
+  fi
   exit 1
 }
 
