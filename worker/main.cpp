@@ -1,19 +1,143 @@
-// `tessera-worker`: the per-pod agent that starts and supervises rank processes.
+// `tessera-worker`: the per-pod process. `tessera-worker rank --config FILE` runs one
+// training rank of the built-in GPT trainer from the environment of DESIGN.md §3. Starting and
+// supervising several rank processes per pod is not built yet.
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
+#include <csignal>
+#include <cstdlib>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include "api/version.h"
+#include "worker/train/config.h"
+#include "worker/train/trainer.h"
+
+namespace {
+
+using tessera::train::BadConfig;
+using tessera::train::Status;
+
+tessera::train::Trainer* g_trainer = nullptr;
+volatile std::sig_atomic_t g_signal = 0;
+
+void OnStopSignal(int signal) {
+  g_signal = signal;
+  if (g_trainer != nullptr)
+    g_trainer->RequestStop();
+}
+
+// Reads an integer environment variable into *out when it is set.
+Status IntFromEnv(const char* name, int min, int max, int* out) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0')
+    return Status::Ok();
+  char* end = nullptr;
+  const long value = std::strtol(text, &end, 10);
+  if (*end != '\0' || value < min || value > max) {
+    return BadConfig(std::string(name) + "=" + text + ": expected an integer in [" +
+                     std::to_string(min) + ", " + std::to_string(max) + "]");
+  }
+  *out = static_cast<int>(value);
+  return Status::Ok();
+}
+
+// The environment of DESIGN.md §3 overrides the file: RANK, WORLD_SIZE, TESSERA_MESH,
+// TESSERA_CHECKPOINT_DIR, TESSERA_METRICS_PORT.
+Status ApplyEnvironment(tessera::train::TrainerConfig* config, tessera::train::RankContext* rank) {
+  if (Status st = IntFromEnv("RANK", 0, 1 << 20, &rank->rank); !st.ok())
+    return st;
+  if (Status st = IntFromEnv("WORLD_SIZE", 1, 1 << 20, &rank->world_size); !st.ok())
+    return st;
+  if (Status st = IntFromEnv("TESSERA_METRICS_PORT", -1, 65535, &config->metrics.port); !st.ok()) {
+    return st;
+  }
+  if (const char* dir = std::getenv("TESSERA_CHECKPOINT_DIR"); dir != nullptr && *dir != '\0') {
+    config->checkpoint.dir = dir;
+  }
+  if (const char* mesh = std::getenv("TESSERA_MESH"); mesh != nullptr && *mesh != '\0') {
+    rank->mesh = mesh;
+  }
+  return Status::Ok();
+}
+
+int Fail(const Status& st) {
+  std::cerr << "tessera-worker: " << st.message() << "\n";
+  return st.exit_code();
+}
+
+int RunRank(const std::string& config_path, const std::vector<std::string>& overrides,
+            int threads) {
+  tessera::train::TrainerConfig config;
+  tessera::train::RankContext rank;
+  if (Status st = tessera::train::LoadTrainerConfigFile(config_path, &config); !st.ok()) {
+    return Fail(st);
+  }
+  for (const std::string& assignment : overrides) {
+    if (Status st = tessera::train::ApplyTrainerConfigOverride(assignment, &config); !st.ok()) {
+      return Fail(st);
+    }
+  }
+  if (Status st = ApplyEnvironment(&config, &rank); !st.ok())
+    return Fail(st);
+  rank.kernel_threads = threads;
+
+  std::unique_ptr<tessera::train::Trainer> trainer;
+  if (Status st = tessera::train::Trainer::Create(config, rank, &trainer); !st.ok()) {
+    return Fail(st);
+  }
+  g_trainer = trainer.get();
+  std::signal(SIGTERM, OnStopSignal);
+  std::signal(SIGINT, OnStopSignal);
+  tessera::train::TrainResult result;
+  const Status st = trainer->Run({}, &result);
+  std::signal(SIGTERM, SIG_DFL);
+  std::signal(SIGINT, SIG_DFL);
+  g_trainer = nullptr;
+  if (!st.ok())
+    return Fail(st);
+  if (g_signal != 0) {
+    spdlog::info("stopped by signal {} at step {}", static_cast<int>(g_signal),
+                 result.steps_completed);
+    return 128 + g_signal;
+  }
+  return 0;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"tessera-worker: starts and supervises the rank processes of one pod"};
+  CLI::App app{"tessera-worker: runs the training ranks of one pod"};
   bool print_version = false;
   app.add_flag("--version", print_version, "Print the version and exit");
-  CLI11_PARSE(app, argc, argv);
+
+  CLI::App* rank_cmd =
+      app.add_subcommand("rank", "Run one rank of the built-in GPT trainer (see docs/training.md)");
+  std::string config_path;
+  std::vector<std::string> overrides;
+  int threads = 0;
+  rank_cmd->add_option("--config", config_path, "Trainer YAML, or a TrainingJob file")->required();
+  rank_cmd->add_option("--set", overrides, "Override a field: key=value (camelCase path)");
+  rank_cmd->add_option("--threads", threads, "Kernel threads (0 = OMP_NUM_THREADS or all cores)")
+      ->check(CLI::NonNegativeNumber);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  }
   if (print_version) {
     std::cout << tessera::FormatBuildInfo(tessera::GetBuildInfo());
     return 0;
   }
-  std::cerr << "tessera-worker: no trainer is built yet; run with --version\n";
+  if (*rank_cmd) {
+    spdlog::set_default_logger(spdlog::stderr_color_mt("tessera"));
+    return RunRank(config_path, overrides, threads);
+  }
+  std::cerr << "tessera-worker: no command; run `tessera-worker rank --config FILE` "
+               "(see --help)\n";
   return 2;
 }

@@ -1,0 +1,198 @@
+#include "worker/train/config.h"
+
+#include <gtest/gtest.h>
+
+namespace tessera::train {
+namespace {
+
+TEST(TrainerConfig, ParsesEveryField) {
+  const char* yaml = R"(
+model: {layers: 3, dModel: 48, heads: 3, seqLen: 32, vocab: 256}
+data: {path: corpus.txt, tokenizer: byte, validationFraction: 0.2}
+batch: {global: 16, microBatches: 2}
+optimizer: {lr: 1.0e-3, weightDecay: 0.05, beta1: 0.8, beta2: 0.99, eps: 1.0e-7, gradClip: 0.5}
+schedule: {steps: 50, warmupSteps: 5, decay: constant, minLrRatio: 0.2, evalEvery: 10, evalBatches: 2}
+precision: fp32
+seed: 7
+checkpoint: {dir: ckpt, everySteps: 25, keep: 2}
+metrics: {port: 0, peakFlopsPerSecond: 1.0e11}
+logEvery: 5
+)";
+  TrainerConfig c;
+  const Status st = ParseTrainerConfigYaml(yaml, "t.yaml", &c);
+  ASSERT_TRUE(st.ok()) << st.message();
+  EXPECT_EQ(c.model.layers, 3);
+  EXPECT_EQ(c.model.d_model, 48);
+  EXPECT_EQ(c.model.heads, 3);
+  EXPECT_EQ(c.model.seq_len, 32);
+  EXPECT_EQ(c.data.path, "corpus.txt");
+  EXPECT_DOUBLE_EQ(c.data.validation_fraction, 0.2);
+  EXPECT_EQ(c.batch.global, 16);
+  EXPECT_EQ(c.batch.micro_batches, 2);
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 1e-3);
+  EXPECT_DOUBLE_EQ(c.optimizer.weight_decay, 0.05);
+  EXPECT_DOUBLE_EQ(c.optimizer.beta1, 0.8);
+  EXPECT_DOUBLE_EQ(c.optimizer.beta2, 0.99);
+  EXPECT_DOUBLE_EQ(c.optimizer.eps, 1e-7);
+  EXPECT_DOUBLE_EQ(c.optimizer.grad_clip, 0.5);
+  EXPECT_EQ(c.schedule.steps, 50);
+  EXPECT_EQ(c.schedule.warmup_steps, 5);
+  EXPECT_EQ(c.schedule.decay, Decay::kConstant);
+  EXPECT_DOUBLE_EQ(c.schedule.min_lr_ratio, 0.2);
+  EXPECT_EQ(c.schedule.eval_every, 10);
+  EXPECT_EQ(c.schedule.eval_batches, 2);
+  EXPECT_EQ(c.seed, 7u);
+  EXPECT_EQ(c.checkpoint.dir, "ckpt");
+  EXPECT_EQ(c.checkpoint.every_steps, 25);
+  EXPECT_EQ(c.checkpoint.keep, 2);
+  EXPECT_EQ(c.metrics.port, 0);
+  EXPECT_DOUBLE_EQ(c.metrics.peak_flops_per_second, 1e11);
+  EXPECT_EQ(c.log_every, 5);
+  EXPECT_TRUE(ValidateTrainerConfig(c, 1).ok());
+}
+
+TEST(TrainerConfig, ReadsTheTrainerOfATrainingJob) {
+  const char* yaml = R"(
+apiVersion: tessera.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: gpt}
+spec:
+  workers: 1
+  parallelism: {data: 1, microBatches: 4}
+  trainer:
+    model: {layers: 2, dModel: 64, heads: 4, seqLen: 64, vocab: 256}
+    data: {path: /data/tinyshakespeare.txt}
+    batch: {global: 8}
+    schedule: {steps: 20, warmupSteps: 2, decay: cosine}
+  metrics: {port: 9500}
+)";
+  TrainerConfig c;
+  const Status st = ParseTrainerConfigYaml(yaml, "job.yaml", &c);
+  ASSERT_TRUE(st.ok()) << st.message();
+  EXPECT_EQ(c.data.path, "/data/tinyshakespeare.txt");
+  EXPECT_EQ(c.batch.micro_batches, 4);
+  EXPECT_EQ(c.metrics.port, 9500);
+  EXPECT_EQ(c.schedule.steps, 20);
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 3e-4);  // default kept
+}
+
+TEST(TrainerConfig, PresetThenExplicitFields) {
+  TrainerConfig c;
+  ASSERT_TRUE(ParseTrainerConfigYaml("model: {preset: gpt2-124m, seqLen: 256}", "t.yaml", &c).ok());
+  EXPECT_EQ(c.model_preset, "gpt2-124m");
+  EXPECT_EQ(c.model.layers, 12);
+  EXPECT_EQ(c.model.d_model, 768);
+  EXPECT_EQ(c.model.seq_len, 256);
+}
+
+TEST(TrainerConfig, ErrorsNameTheField) {
+  struct Case {
+    const char* yaml;
+    const char* field;
+  } cases[] = {
+      {"optimizer: {lrr: 1}", "optimizer.lrr: unknown field"},
+      {"schedule: {steps: many}", "schedule.steps: expected an integer"},
+      {"schedule: {decay: linear}", "schedule.decay: 'linear' is not one of"},
+      {"model: {preset: gpt9}", "model.preset: unknown preset"},
+      {"precision: bf16", "precision: 'bf16' is not supported"},
+      {"batch: [1, 2]", "batch: expected a mapping"},
+      {"model: {layers: 2", "not valid YAML"},
+      {"kind: Deployment", "kind 'Deployment' is not TrainingJob"},
+      {"kind: TrainingJob\nspec: {workers: 1}", "spec.trainer: missing"},
+  };
+  for (const Case& c : cases) {
+    TrainerConfig config;
+    const Status st = ParseTrainerConfigYaml(c.yaml, "t.yaml", &config);
+    EXPECT_EQ(st.exit_code(), 2) << c.yaml;
+    EXPECT_NE(st.message().find(c.field), std::string::npos) << c.yaml << " -> " << st.message();
+    EXPECT_EQ(st.message().rfind("t.yaml", 0), 0u) << st.message();
+  }
+}
+
+TEST(TrainerConfig, MissingFileNamesThePath) {
+  TrainerConfig c;
+  const Status st = LoadTrainerConfigFile("missing/trainer.yaml", &c);
+  EXPECT_EQ(st.exit_code(), 2);
+  EXPECT_NE(st.message().find("missing/trainer.yaml"), std::string::npos);
+}
+
+TEST(TrainerConfig, OverridesSetNestedFields) {
+  TrainerConfig c;
+  ASSERT_TRUE(ApplyTrainerConfigOverride("schedule.steps=10", &c).ok());
+  ASSERT_TRUE(ApplyTrainerConfigOverride("optimizer.lr=0.01", &c).ok());
+  ASSERT_TRUE(ApplyTrainerConfigOverride("seed=5", &c).ok());
+  EXPECT_EQ(c.schedule.steps, 10);
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 0.01);
+  EXPECT_EQ(c.seed, 5u);
+  EXPECT_EQ(ApplyTrainerConfigOverride("schedule.stepz=1", &c).exit_code(), 2);
+  EXPECT_EQ(ApplyTrainerConfigOverride("noequals", &c).exit_code(), 2);
+}
+
+TEST(TrainerConfig, ValidationNamesTheField) {
+  struct Case {
+    std::function<void(TrainerConfig&)> change;
+    int world_size;
+    const char* field;
+  } cases[] = {
+      {[](TrainerConfig& c) {
+         c.batch.global = 10;
+         c.batch.micro_batches = 4;
+       },
+       1, "batch.global"},
+      {[](TrainerConfig& c) { c.batch.global = 8; }, 3, "batch.global"},
+      {[](TrainerConfig& c) { c.batch.micro_batches = 0; }, 1, "batch.microBatches"},
+      {[](TrainerConfig& c) { c.model.heads = 5; }, 1, "model.heads"},
+      {[](TrainerConfig& c) { c.model.vocab = 100; }, 1, "model.vocab"},
+      {[](TrainerConfig& c) { c.data.path = ""; }, 1, "data.path"},
+      {[](TrainerConfig& c) { c.data.tokenizer = "bpe"; }, 1, "data.tokenizer"},
+      {[](TrainerConfig& c) { c.data.validation_fraction = 0; }, 1, "data.validationFraction"},
+      {[](TrainerConfig& c) { c.data.validation_fraction = 1; }, 1, "data.validationFraction"},
+      {[](TrainerConfig& c) { c.optimizer.lr = 0; }, 1, "optimizer.lr"},
+      {[](TrainerConfig& c) { c.optimizer.beta2 = 1; }, 1, "optimizer.beta2"},
+      {[](TrainerConfig& c) { c.optimizer.grad_clip = -1; }, 1, "optimizer.gradClip"},
+      {[](TrainerConfig& c) { c.schedule.steps = 0; }, 1, "schedule.steps"},
+      {[](TrainerConfig& c) { c.checkpoint.keep = 0; }, 1, "checkpoint.keep"},
+      {[](TrainerConfig& c) { c.metrics.port = 70000; }, 1, "metrics.port"},
+  };
+  for (const Case& k : cases) {
+    TrainerConfig c;
+    c.data.path = "corpus.txt";
+    c.batch.global = 8;
+    ASSERT_TRUE(ValidateTrainerConfig(c, 1).ok());
+    k.change(c);
+    const Status st = ValidateTrainerConfig(c, k.world_size);
+    EXPECT_EQ(st.exit_code(), 2) << k.field;
+    EXPECT_EQ(st.message().rfind(k.field, 0), 0u) << k.field << " -> " << st.message();
+  }
+}
+
+TEST(ConfigHash, CoversTheTrajectoryOnly) {
+  TrainerConfig base;
+  base.data.path = "a.txt";
+  const std::string h = ConfigHash(base);
+  EXPECT_EQ(h.size(), 64u);
+  TrainerConfig same = base;
+  same.data.path = "/mnt/other/a.txt";
+  same.checkpoint.dir = "elsewhere";
+  same.metrics.port = 1;
+  same.batch.micro_batches = 4;
+  same.schedule.eval_every = 7;
+  EXPECT_EQ(ConfigHash(same), h);
+  const std::vector<std::function<void(TrainerConfig&)>> changes = {
+      [](TrainerConfig& c) { c.optimizer.lr *= 2; },
+      [](TrainerConfig& c) { c.seed += 1; },
+      [](TrainerConfig& c) { c.batch.global *= 2; },
+      [](TrainerConfig& c) { c.model.layers += 1; },
+      [](TrainerConfig& c) { c.schedule.steps += 1; },
+      [](TrainerConfig& c) { c.schedule.decay = Decay::kConstant; },
+      [](TrainerConfig& c) { c.data.validation_fraction = 0.2; },
+  };
+  for (size_t i = 0; i < changes.size(); ++i) {
+    TrainerConfig c = base;
+    changes[i](c);
+    EXPECT_NE(ConfigHash(c), h) << "change " << i;
+  }
+}
+
+}  // namespace
+}  // namespace tessera::train

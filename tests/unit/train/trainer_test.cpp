@@ -1,0 +1,206 @@
+#include "worker/train/trainer.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "worker/train/checkpoint.h"
+
+namespace tessera::train {
+namespace {
+namespace fs = std::filesystem;
+
+class TrainerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ =
+        fs::path(::testing::TempDir()) /
+        ("trainer-" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    // A small corpus with structure to learn: one pangram line repeated, 22.5 KB.
+    std::ofstream out(dir_ / "corpus.txt");
+    for (int i = 0; i < 500; ++i)
+      out << "the quick brown fox jumps over the lazy dog.\n";
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  TrainerConfig Config() const {
+    TrainerConfig c;
+    c.model = {.layers = 2, .d_model = 32, .heads = 2, .seq_len = 16, .vocab = 256};
+    c.data.path = (dir_ / "corpus.txt").string();
+    c.batch = {.global = 8, .micro_batches = 2};
+    c.optimizer.lr = 3e-3;
+    c.schedule = {.steps = 12, .warmup_steps = 3, .eval_every = 4, .eval_batches = 1};
+    c.seed = 11;
+    c.metrics.port = -1;
+    return c;
+  }
+
+  static RankContext Rank() { return {.kernel_threads = 2}; }
+
+  static Status Train(const TrainerConfig& c, const RunOptions& options, TrainResult* result) {
+    std::unique_ptr<Trainer> trainer;
+    if (Status st = Trainer::Create(c, Rank(), &trainer); !st.ok())
+      return st;
+    return trainer->Run(options, result);
+  }
+
+  fs::path dir_;
+};
+
+// Interrupting after step 5 and resuming reproduces the uninterrupted run bit for bit: the
+// loss of every later step and the final parameters and optimizer state (same sha256).
+TEST_F(TrainerTest, ResumeIsBitExact) {
+  TrainerConfig straight = Config();
+  straight.checkpoint = {.dir = (dir_ / "straight").string(), .every_steps = 5, .keep = 5};
+  TrainResult full;
+  ASSERT_TRUE(Train(straight, {}, &full).ok());
+  ASSERT_EQ(full.losses.size(), 12u);
+
+  TrainerConfig interrupted = straight;
+  interrupted.checkpoint.dir = (dir_ / "interrupted").string();
+  TrainResult first;
+  ASSERT_TRUE(Train(interrupted, {.stop_after_step = 5}, &first).ok());
+  EXPECT_TRUE(first.stopped);
+  EXPECT_EQ(first.steps_completed, 5);
+  TrainResult second;
+  const Status st = Train(interrupted, {}, &second);
+  ASSERT_TRUE(st.ok()) << st.message();
+  EXPECT_EQ(second.start_step, 5);
+  EXPECT_EQ(second.steps_completed, 12);
+  ASSERT_EQ(second.losses.size(), 7u);
+  for (size_t i = 0; i < 5; ++i)
+    EXPECT_EQ(first.losses[i], full.losses[i]) << "step " << i + 1;
+  for (size_t i = 0; i < 7; ++i) {
+    EXPECT_EQ(second.losses[i], full.losses[5 + i]) << "step " << 6 + i;  // exact, not near
+  }
+  EXPECT_EQ(second.val_loss, full.val_loss);
+
+  CheckpointStore a(straight.checkpoint.dir), b(interrupted.checkpoint.dir);
+  CheckpointMeta ma, mb;
+  ASSERT_TRUE(a.ReadMeta(12, &ma).ok());
+  ASSERT_TRUE(b.ReadMeta(12, &mb).ok());
+  EXPECT_EQ(ma.files.at(0).sha256, mb.files.at(0).sha256);
+  EXPECT_EQ(a.CompleteSteps(), (std::vector<int64_t>{5, 10, 12}));
+}
+
+TEST_F(TrainerTest, LossFallsOnALearnableCorpus) {
+  TrainerConfig c = Config();
+  c.optimizer.lr = 1e-2;
+  c.schedule.steps = 40;
+  c.schedule.eval_every = 0;
+  TrainResult r;
+  ASSERT_TRUE(Train(c, {}, &r).ok());
+  // The first loss is near ln(256) = 5.55 (uniform over bytes). The corpus's character
+  // unigram entropy is 3.12 nats, the best a model without context can do; 2.5 can only be
+  // reached by using context. Measured: 1.80 after 40 steps (seed 11, 2 threads).
+  EXPECT_GT(r.losses.front(), 5.0f);
+  ASSERT_TRUE(r.val_loss.has_value());
+  EXPECT_LT(*r.val_loss, 2.5);
+}
+
+// The gradient of one step is the mean over the global batch however it is split into
+// micro-batches, so the losses agree to float rounding.
+TEST_F(TrainerTest, MicroBatchAccumulationMatchesOneBatch) {
+  TrainerConfig one = Config();
+  one.batch.micro_batches = 1;
+  TrainerConfig four = Config();
+  four.batch.micro_batches = 4;
+  TrainResult r1, r4;
+  ASSERT_TRUE(Train(one, {}, &r1).ok());
+  ASSERT_TRUE(Train(four, {}, &r4).ok());
+  ASSERT_EQ(r1.losses.size(), r4.losses.size());
+  for (size_t i = 0; i < r1.losses.size(); ++i) {
+    EXPECT_NEAR(r1.losses[i], r4.losses[i], 2e-4) << "step " << i + 1;
+  }
+}
+
+TEST_F(TrainerTest, CheckpointOfAnotherConfigurationIsRefused) {
+  TrainerConfig c = Config();
+  c.checkpoint = {.dir = (dir_ / "ckpt").string(), .every_steps = 0, .keep = 2};
+  TrainResult r;
+  ASSERT_TRUE(Train(c, {.stop_after_step = 2}, &r).ok());
+  c.optimizer.lr = 1e-3;
+  const Status st = Train(c, {}, &r);
+  EXPECT_EQ(st.code(), ExitCode::kCheckpointRefused);
+  EXPECT_NE(st.message().find((dir_ / "ckpt" / "step-2" / "meta.json").string()), std::string::npos)
+      << st.message();
+  EXPECT_NE(st.message().find("optimizer.lr: 0.003 vs 0.001"), std::string::npos) << st.message();
+}
+
+TEST_F(TrainerTest, CorruptCheckpointIsRefusedAndKept) {
+  TrainerConfig c = Config();
+  c.checkpoint = {.dir = (dir_ / "ckpt").string(), .every_steps = 0, .keep = 2};
+  TrainResult r;
+  ASSERT_TRUE(Train(c, {.stop_after_step = 3}, &r).ok());
+  const fs::path shard = dir_ / "ckpt" / "step-3" / "rank-00000.bin";
+  const auto size = fs::file_size(shard);
+  {
+    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(size / 2));
+    f.put('\x55');
+  }
+  const Status st = Train(c, {}, &r);
+  EXPECT_EQ(st.exit_code(), 3);
+  EXPECT_NE(st.message().find(shard.string()), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("sha256"), std::string::npos) << st.message();
+  EXPECT_TRUE(fs::exists(shard));  // never deleted or overwritten
+  EXPECT_EQ(CheckpointStore(c.checkpoint.dir).CompleteSteps(), (std::vector<int64_t>{3}));
+}
+
+TEST_F(TrainerTest, DatasetChangedSinceTheCheckpointIsRefused) {
+  TrainerConfig c = Config();
+  c.checkpoint = {.dir = (dir_ / "ckpt").string(), .every_steps = 0, .keep = 2};
+  TrainResult r;
+  ASSERT_TRUE(Train(c, {.stop_after_step = 1}, &r).ok());
+  std::ofstream(dir_ / "corpus.txt", std::ios::app) << std::string(5000, 'x');
+  const Status st = Train(c, {}, &r);
+  EXPECT_EQ(st.exit_code(), 3);
+  EXPECT_NE(st.message().find("dataset changed"), std::string::npos) << st.message();
+}
+
+TEST_F(TrainerTest, MissingDatasetIsBadConfigNamingThePath) {
+  TrainerConfig c = Config();
+  c.data.path = (dir_ / "nope.txt").string();
+  std::unique_ptr<Trainer> trainer;
+  const Status st = Trainer::Create(c, Rank(), &trainer);
+  EXPECT_EQ(st.exit_code(), 2);
+  EXPECT_NE(st.message().find(c.data.path), std::string::npos) << st.message();
+}
+
+TEST_F(TrainerTest, MoreThanOneRankIsRefusedForNow) {
+  std::unique_ptr<Trainer> trainer;
+  const Status st = Trainer::Create(Config(), {.rank = 0, .world_size = 2}, &trainer);
+  EXPECT_EQ(st.exit_code(), 2);
+  EXPECT_NE(st.message().find("WORLD_SIZE"), std::string::npos);
+}
+
+TEST_F(TrainerTest, StopRequestFinishesTheStepAndCheckpoints) {
+  TrainerConfig c = Config();
+  c.checkpoint = {.dir = (dir_ / "ckpt").string(), .every_steps = 0, .keep = 2};
+  std::unique_ptr<Trainer> trainer;
+  ASSERT_TRUE(Trainer::Create(c, Rank(), &trainer).ok());
+  trainer->RequestStop();
+  TrainResult r;
+  ASSERT_TRUE(trainer->Run({}, &r).ok());
+  EXPECT_TRUE(r.stopped);
+  EXPECT_EQ(r.steps_completed, 1);
+  EXPECT_EQ(CheckpointStore(c.checkpoint.dir).CompleteSteps(), (std::vector<int64_t>{1}));
+}
+
+TEST_F(TrainerTest, FinishedRunResumesToNothing) {
+  TrainerConfig c = Config();
+  c.schedule.steps = 3;
+  c.checkpoint = {.dir = (dir_ / "ckpt").string(), .every_steps = 0, .keep = 2};
+  TrainResult r;
+  ASSERT_TRUE(Train(c, {}, &r).ok());
+  ASSERT_TRUE(Train(c, {}, &r).ok());
+  EXPECT_EQ(r.start_step, 3);
+  EXPECT_TRUE(r.losses.empty());
+  EXPECT_FALSE(r.stopped);
+}
+
+}  // namespace
+}  // namespace tessera::train

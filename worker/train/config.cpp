@@ -1,0 +1,377 @@
+#include "worker/train/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <vector>
+
+#include "worker/train/digest.h"
+
+namespace tessera::train {
+namespace {
+
+// A field reader: converts `node` into the destination or returns an error naming `path`.
+using FieldReader = std::function<Status(const YAML::Node& node, const std::string& path)>;
+
+template <typename T>
+Status ReadScalar(const YAML::Node& node, const std::string& path, const char* kind, T* dst) {
+  if (!node.IsScalar()) {
+    return BadConfig(fmt::format("{}: expected {}", path, kind));
+  }
+  try {
+    *dst = node.as<T>();
+  } catch (const YAML::Exception&) {
+    return BadConfig(fmt::format("{}: expected {}, got '{}'", path, kind, node.Scalar()));
+  }
+  return Status::Ok();
+}
+
+FieldReader Int(int* dst) {
+  return [dst](const YAML::Node& n, const std::string& p) {
+    return ReadScalar(n, p, "an integer", dst);
+  };
+}
+FieldReader Int64(int64_t* dst) {
+  return [dst](const YAML::Node& n, const std::string& p) {
+    return ReadScalar(n, p, "an integer", dst);
+  };
+}
+FieldReader Uint64(uint64_t* dst) {
+  return [dst](const YAML::Node& n, const std::string& p) {
+    return ReadScalar(n, p, "a non-negative integer", dst);
+  };
+}
+FieldReader Double(double* dst) {
+  return [dst](const YAML::Node& n, const std::string& p) {
+    return ReadScalar(n, p, "a number", dst);
+  };
+}
+FieldReader String(std::string* dst) {
+  return [dst](const YAML::Node& n, const std::string& p) {
+    return ReadScalar(n, p, "a string", dst);
+  };
+}
+FieldReader DecayField(Decay* dst) {
+  return [dst](const YAML::Node& n, const std::string& p) {
+    std::string s;
+    if (Status st = ReadScalar(n, p, "a string", &s); !st.ok())
+      return st;
+    if (s == "cosine") {
+      *dst = Decay::kCosine;
+    } else if (s == "constant") {
+      *dst = Decay::kConstant;
+    } else {
+      return BadConfig(fmt::format("{}: '{}' is not one of cosine, constant", p, s));
+    }
+    return Status::Ok();
+  };
+}
+
+// Reads a mapping whose keys must all be known.
+Status ReadMap(const YAML::Node& node, const std::string& path,
+               const std::map<std::string, FieldReader>& fields) {
+  if (!node.IsMap()) {
+    return BadConfig(fmt::format("{}: expected a mapping", path.empty() ? "<top level>" : path));
+  }
+  for (const auto& kv : node) {
+    const std::string key = kv.first.as<std::string>();
+    const std::string field_path = path.empty() ? key : path + "." + key;
+    auto it = fields.find(key);
+    if (it == fields.end()) {
+      return BadConfig(fmt::format("{}: unknown field", field_path));
+    }
+    if (Status st = it->second(kv.second, field_path); !st.ok())
+      return st;
+  }
+  return Status::Ok();
+}
+
+FieldReader Section(std::map<std::string, FieldReader> fields) {
+  return [fields = std::move(fields)](const YAML::Node& n, const std::string& p) {
+    return ReadMap(n, p, fields);
+  };
+}
+
+FieldReader ModelField(TrainerConfig* c) {
+  return [c](const YAML::Node& n, const std::string& p) {
+    if (n.IsMap() && n["preset"]) {
+      std::string preset;
+      if (Status st = ReadScalar(n["preset"], p + ".preset", "a string", &preset); !st.ok()) {
+        return st;
+      }
+      if (!model::GptPreset(preset, &c->model)) {
+        return BadConfig(fmt::format("{}.preset: unknown preset '{}'", p, preset));
+      }
+      c->model_preset = preset;
+    }
+    std::string ignored;
+    return ReadMap(n, p,
+                   {{"preset", String(&ignored)},
+                    {"layers", Int(&c->model.layers)},
+                    {"dModel", Int(&c->model.d_model)},
+                    {"heads", Int(&c->model.heads)},
+                    {"seqLen", Int(&c->model.seq_len)},
+                    {"vocab", Int(&c->model.vocab)}});
+  };
+}
+
+std::map<std::string, FieldReader> TrainerFields(TrainerConfig* c) {
+  return {
+      {"model", ModelField(c)},
+      {"data", Section({{"path", String(&c->data.path)},
+                        {"tokenizer", String(&c->data.tokenizer)},
+                        {"validationFraction", Double(&c->data.validation_fraction)}})},
+      {"batch", Section({{"global", Int(&c->batch.global)},
+                         {"microBatches", Int(&c->batch.micro_batches)}})},
+      {"optimizer", Section({{"lr", Double(&c->optimizer.lr)},
+                             {"weightDecay", Double(&c->optimizer.weight_decay)},
+                             {"beta1", Double(&c->optimizer.beta1)},
+                             {"beta2", Double(&c->optimizer.beta2)},
+                             {"eps", Double(&c->optimizer.eps)},
+                             {"gradClip", Double(&c->optimizer.grad_clip)}})},
+      {"schedule", Section({{"steps", Int64(&c->schedule.steps)},
+                            {"warmupSteps", Int64(&c->schedule.warmup_steps)},
+                            {"decay", DecayField(&c->schedule.decay)},
+                            {"minLrRatio", Double(&c->schedule.min_lr_ratio)},
+                            {"evalEvery", Int64(&c->schedule.eval_every)},
+                            {"evalBatches", Int(&c->schedule.eval_batches)}})},
+      {"precision",
+       [](const YAML::Node& n, const std::string& p) {
+         std::string s;
+         if (Status st = ReadScalar(n, p, "a string", &s); !st.ok())
+           return st;
+         if (s != "fp32") {
+           return BadConfig(fmt::format("{}: '{}' is not supported on CPU; use fp32", p, s));
+         }
+         return Status::Ok();
+       }},
+      {"seed", Uint64(&c->seed)},
+      {"checkpoint", Section({{"dir", String(&c->checkpoint.dir)},
+                              {"everySteps", Int64(&c->checkpoint.every_steps)},
+                              {"keep", Int(&c->checkpoint.keep)}})},
+      {"metrics", Section({{"port", Int(&c->metrics.port)},
+                           {"peakFlopsPerSecond", Double(&c->metrics.peak_flops_per_second)}})},
+      {"logEvery", Int(&c->log_every)},
+  };
+}
+
+// Reads the parts of a TrainingJob the trainer uses; everything else in it belongs to the
+// controller and is not checked here.
+Status ReadTrainingJob(const YAML::Node& root, TrainerConfig* c) {
+  const YAML::Node spec = root["spec"];
+  if (!spec || !spec.IsMap())
+    return BadConfig("spec: missing in the TrainingJob");
+  const YAML::Node trainer = spec["trainer"];
+  if (!trainer) {
+    return BadConfig("spec.trainer: missing; the built-in trainer needs it");
+  }
+  if (Status st = ReadMap(trainer, "spec.trainer", TrainerFields(c)); !st.ok())
+    return st;
+  if (const YAML::Node port = spec["metrics"]["port"]; port) {
+    if (Status st = ReadScalar(port, "spec.metrics.port", "an integer", &c->metrics.port);
+        !st.ok()) {
+      return st;
+    }
+  }
+  if (const YAML::Node mb = spec["parallelism"]["microBatches"]; mb) {
+    if (Status st =
+            ReadScalar(mb, "spec.parallelism.microBatches", "an integer", &c->batch.micro_batches);
+        !st.ok()) {
+      return st;
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+const char* DecayName(Decay decay) {
+  return decay == Decay::kCosine ? "cosine" : "constant";
+}
+
+Status ParseTrainerConfigYaml(const std::string& yaml_text, const std::string& source,
+                              TrainerConfig* out) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    return BadConfig(
+        fmt::format("{}: not valid YAML (line {}): {}", source, e.mark.line + 1, e.msg));
+  }
+  TrainerConfig c = *out;
+  Status st;
+  if (root.IsMap() && root["kind"]) {
+    const std::string kind = root["kind"].IsScalar() ? root["kind"].Scalar() : "";
+    if (kind != "TrainingJob") {
+      return BadConfig(fmt::format("{}: kind '{}' is not TrainingJob", source, kind));
+    }
+    st = ReadTrainingJob(root, &c);
+  } else {
+    st = ReadMap(root, "", TrainerFields(&c));
+  }
+  if (!st.ok())
+    return BadConfig(fmt::format("{}: {}", source, st.message()));
+  *out = c;
+  return Status::Ok();
+}
+
+Status LoadTrainerConfigFile(const std::string& path, TrainerConfig* out) {
+  std::ifstream in(path);
+  if (!in)
+    return BadConfig(fmt::format("{}: cannot read the config file", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  return ParseTrainerConfigYaml(text.str(), path, out);
+}
+
+Status ApplyTrainerConfigOverride(const std::string& assignment, TrainerConfig* out) {
+  const auto eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    return BadConfig(fmt::format("--set '{}': expected key=value", assignment));
+  }
+  const std::string key = assignment.substr(0, eq);
+  const std::string value = assignment.substr(eq + 1);
+  // Build the nested mapping {a: {b: value}} for key "a.b" and parse it like a file.
+  std::vector<std::string> parts;
+  std::stringstream ks(key);
+  for (std::string part; std::getline(ks, part, '.');)
+    parts.push_back(part);
+  YAML::Emitter emitter;
+  emitter << YAML::BeginMap;
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    emitter << YAML::Key << parts[i] << YAML::Value << YAML::BeginMap;
+  }
+  emitter << YAML::Key << parts.back() << YAML::Value << YAML::Load(value);
+  for (size_t i = 0; i + 1 < parts.size(); ++i)
+    emitter << YAML::EndMap;
+  emitter << YAML::EndMap;
+  return ParseTrainerConfigYaml(emitter.c_str(), "--set " + key, out);
+}
+
+Status ValidateTrainerConfig(const TrainerConfig& c, int world_size) {
+  const auto positive = [](const char* field, int64_t v) -> Status {
+    if (v <= 0)
+      return BadConfig(fmt::format("{}: must be positive, got {}", field, v));
+    return Status::Ok();
+  };
+  for (const auto& [field, v] : std::initializer_list<std::pair<const char*, int64_t>>{
+           {"model.layers", c.model.layers},
+           {"model.dModel", c.model.d_model},
+           {"model.heads", c.model.heads},
+           {"model.seqLen", c.model.seq_len},
+           {"model.vocab", c.model.vocab},
+           {"batch.global", c.batch.global},
+           {"batch.microBatches", c.batch.micro_batches},
+           {"schedule.steps", c.schedule.steps},
+           {"schedule.evalBatches", c.schedule.eval_batches},
+           {"checkpoint.keep", c.checkpoint.keep},
+           {"logEvery", c.log_every}}) {
+    if (Status st = positive(field, v); !st.ok())
+      return st;
+  }
+  if (c.model.d_model % c.model.heads != 0) {
+    return BadConfig(fmt::format("model.heads: {} does not divide model.dModel {}", c.model.heads,
+                                 c.model.d_model));
+  }
+  if (c.data.tokenizer != "byte") {
+    return BadConfig(
+        fmt::format("data.tokenizer: '{}' is not supported; use byte", c.data.tokenizer));
+  }
+  if (c.model.vocab < 256) {
+    return BadConfig(fmt::format(
+        "model.vocab: {} is smaller than the 256 ids of the byte tokenizer", c.model.vocab));
+  }
+  if (c.data.path.empty())
+    return BadConfig("data.path: required (a text file to train on)");
+  if (!(c.data.validation_fraction > 0.0 && c.data.validation_fraction < 1.0)) {
+    return BadConfig(
+        fmt::format("data.validationFraction: {} is not in (0, 1)", c.data.validation_fraction));
+  }
+  if (world_size < 1)
+    return BadConfig(fmt::format("WORLD_SIZE: {} is not positive", world_size));
+  const int64_t per_step = static_cast<int64_t>(world_size) * c.batch.micro_batches;
+  if (c.batch.global % per_step != 0) {
+    return BadConfig(
+        fmt::format("batch.global: {} is not divisible by ranks ({}) x microBatches ({})",
+                    c.batch.global, world_size, c.batch.micro_batches));
+  }
+  if (!(c.optimizer.lr > 0.0) || !std::isfinite(c.optimizer.lr)) {
+    return BadConfig(fmt::format("optimizer.lr: must be positive, got {}", c.optimizer.lr));
+  }
+  if (c.optimizer.weight_decay < 0.0) {
+    return BadConfig(
+        fmt::format("optimizer.weightDecay: must be >= 0, got {}", c.optimizer.weight_decay));
+  }
+  for (const auto& [field, v] : std::initializer_list<std::pair<const char*, double>>{
+           {"optimizer.beta1", c.optimizer.beta1}, {"optimizer.beta2", c.optimizer.beta2}}) {
+    if (!(v >= 0.0 && v < 1.0)) {
+      return BadConfig(fmt::format("{}: {} is not in [0, 1)", field, v));
+    }
+  }
+  if (!(c.optimizer.eps > 0.0))
+    return BadConfig("optimizer.eps: must be positive");
+  if (c.optimizer.grad_clip < 0.0) {
+    return BadConfig(fmt::format("optimizer.gradClip: must be >= 0 (0 disables), got {}",
+                                 c.optimizer.grad_clip));
+  }
+  if (c.schedule.warmup_steps < 0)
+    return BadConfig("schedule.warmupSteps: must be >= 0");
+  if (!(c.schedule.min_lr_ratio >= 0.0 && c.schedule.min_lr_ratio <= 1.0)) {
+    return BadConfig("schedule.minLrRatio: must be in [0, 1]");
+  }
+  if (c.schedule.eval_every < 0)
+    return BadConfig("schedule.evalEvery: must be >= 0");
+  if (c.checkpoint.every_steps < 0)
+    return BadConfig("checkpoint.everySteps: must be >= 0");
+  if (c.metrics.port < -1 || c.metrics.port > 65535) {
+    return BadConfig(fmt::format("metrics.port: {} is not a port (0 = any free port, -1 = off)",
+                                 c.metrics.port));
+  }
+  if (c.metrics.peak_flops_per_second < 0.0) {
+    return BadConfig("metrics.peakFlopsPerSecond: must be >= 0");
+  }
+  return Status::Ok();
+}
+
+std::string TrajectoryJson(const TrainerConfig& c) {
+  // nlohmann::json objects keep keys sorted, so the text is canonical.
+  nlohmann::json j = {
+      {"model",
+       {{"layers", c.model.layers},
+        {"dModel", c.model.d_model},
+        {"heads", c.model.heads},
+        {"seqLen", c.model.seq_len},
+        {"vocab", c.model.vocab}}},
+      {"data",
+       {{"tokenizer", c.data.tokenizer}, {"validationFraction", c.data.validation_fraction}}},
+      {"batch", {{"global", c.batch.global}}},
+      {"optimizer",
+       {{"lr", c.optimizer.lr},
+        {"weightDecay", c.optimizer.weight_decay},
+        {"beta1", c.optimizer.beta1},
+        {"beta2", c.optimizer.beta2},
+        {"eps", c.optimizer.eps},
+        {"gradClip", c.optimizer.grad_clip}}},
+      {"schedule",
+       {{"steps", c.schedule.steps},
+        {"warmupSteps", c.schedule.warmup_steps},
+        {"decay", DecayName(c.schedule.decay)},
+        {"minLrRatio", c.schedule.min_lr_ratio}}},
+      {"seed", c.seed},
+  };
+  return j.dump();
+}
+
+std::string ConfigHash(const TrainerConfig& config) {
+  const std::string text = TrajectoryJson(config);
+  return Sha256Hex(std::as_bytes(std::span(text)));
+}
+
+}  // namespace tessera::train

@@ -1,0 +1,185 @@
+#include "worker/train/metrics.h"
+
+#include <CivetServer.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <ctime>
+#include <nlohmann/json.hpp>
+
+namespace tessera::train {
+namespace {
+
+prometheus::Gauge* NewGauge(prometheus::Registry& registry, const std::string& name,
+                            const std::string& help) {
+  return &prometheus::BuildGauge().Name(name).Help(help).Register(registry).Add({});
+}
+
+// Seconds, from 5 ms to 5 minutes.
+prometheus::Histogram::BucketBoundaries SecondsBuckets() {
+  return {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300};
+}
+
+}  // namespace
+
+std::string NowRfc3339() {
+  const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  char text[32];
+  std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", &utc);
+  return text;
+}
+
+TrainMetrics::TrainMetrics(int64_t total_steps)
+    : registry_(std::make_shared<prometheus::Registry>()), total_steps_(total_steps) {
+  auto& r = *registry_;
+  step_ = NewGauge(r, "tessera_train_step", "Optimizer steps completed.");
+  loss_ = NewGauge(r, "tessera_train_loss", "Training loss (mean cross-entropy) of the last step.");
+  val_loss_ = NewGauge(r, "tessera_train_validation_loss",
+                       "Mean cross-entropy on the validation split at the last evaluation.");
+  tokens_per_second_ =
+      NewGauge(r, "tessera_train_tokens_per_second",
+               "Training tokens processed per second in the last step, all ranks.");
+  step_seconds_ = &prometheus::BuildHistogram()
+                       .Name("tessera_train_step_seconds")
+                       .Help("Wall time of one optimizer step.")
+                       .Register(r)
+                       .Add({}, SecondsBuckets());
+  mfu_ = NewGauge(r, "tessera_train_mfu_ratio",
+                  "Model FLOPs utilization of the last step: achieved / peak FLOP/s (0 when the "
+                  "peak is not configured).");
+  lr_ = NewGauge(r, "tessera_train_learning_rate", "Learning rate of the last step.");
+  grad_norm_ = NewGauge(r, "tessera_train_grad_norm",
+                        "Global L2 norm of the gradient of the last step, before clipping.");
+  checkpoint_seconds_ = &prometheus::BuildHistogram()
+                             .Name("tessera_checkpoint_seconds")
+                             .Help("Wall time to write one checkpoint.")
+                             .Register(r)
+                             .Add({}, SecondsBuckets());
+  memory_ = &prometheus::BuildGauge()
+                 .Name("tessera_memory_bytes")
+                 .Help("Memory of this rank by kind: parameters, gradients, optimizer, resident.")
+                 .Register(r);
+  updated_at_ = NowRfc3339();
+}
+
+TrainMetrics::~TrainMetrics() = default;
+
+void TrainMetrics::RecordStep(const StepReport& s) {
+  step_->Set(static_cast<double>(s.step));
+  loss_->Set(s.loss);
+  lr_->Set(s.learning_rate);
+  grad_norm_->Set(s.grad_norm);
+  tokens_per_second_->Set(s.tokens_per_second);
+  step_seconds_->Observe(s.step_seconds);
+  mfu_->Set(s.mfu_ratio);
+  std::lock_guard<std::mutex> lock(mu_);
+  progress_step_ = s.step;
+  progress_loss_ = s.loss;
+  progress_tokens_per_second_ = s.tokens_per_second;
+  updated_at_ = NowRfc3339();
+}
+
+void TrainMetrics::RecordValidation(double val_loss) {
+  val_loss_->Set(val_loss);
+  std::lock_guard<std::mutex> lock(mu_);
+  progress_val_loss_ = val_loss;
+  updated_at_ = NowRfc3339();
+}
+
+void TrainMetrics::RecordCheckpoint(double seconds) {
+  checkpoint_seconds_->Observe(seconds);
+}
+
+void TrainMetrics::SetMemoryBytes(const std::string& kind, double bytes) {
+  memory_->Add({{"kind", kind}}).Set(bytes);
+}
+
+std::string TrainMetrics::MetricsText() const {
+  return prometheus::TextSerializer().Serialize(registry_->Collect());
+}
+
+std::string TrainMetrics::ProgressJson() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  nlohmann::json j = {
+      {"step", progress_step_},
+      {"totalSteps", total_steps_},
+      {"loss", progress_loss_},
+      {"valLoss", nullptr},
+      {"tokensPerSecond", progress_tokens_per_second_},
+      {"updatedAt", updated_at_},
+  };
+  if (progress_val_loss_)
+    j["valLoss"] = *progress_val_loss_;
+  return j.dump();
+}
+
+namespace {
+
+class TextHandler : public CivetHandler {
+ public:
+  TextHandler(std::function<std::string()> body, std::string content_type)
+      : body_(std::move(body)), content_type_(std::move(content_type)) {}
+
+  bool handleGet(CivetServer*, mg_connection* conn) override {
+    const std::string body = body_();
+    mg_printf(conn,
+              "HTTP/1.1 200 OK\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+              "Connection: close\r\n\r\n",
+              content_type_.c_str(), body.size());
+    mg_write(conn, body.data(), body.size());
+    return true;
+  }
+
+ private:
+  std::function<std::string()> body_;
+  std::string content_type_;
+};
+
+}  // namespace
+
+struct MetricsServer::Impl {
+  std::unique_ptr<CivetServer> server;
+  std::unique_ptr<TextHandler> metrics;
+  std::unique_ptr<TextHandler> progress;
+};
+
+Status MetricsServer::Start(int port, TrainMetrics* metrics, std::unique_ptr<MetricsServer>* out) {
+  auto impl = std::make_unique<Impl>();
+  const std::vector<std::string> options = {"listening_ports", std::to_string(port), "num_threads",
+                                            "2"};
+  try {
+    impl->server = std::make_unique<CivetServer>(options);
+  } catch (const CivetException& e) {
+    return IoError(fmt::format("metrics.port {}: cannot listen ({}); choose another port or 0",
+                               port, e.what()));
+  }
+  const std::vector<int> ports = impl->server->getListeningPorts();
+  if (ports.empty()) {
+    return IoError(fmt::format("metrics.port {}: cannot listen; choose another port or 0", port));
+  }
+  impl->metrics = std::make_unique<TextHandler>([metrics] { return metrics->MetricsText(); },
+                                                "text/plain; version=0.0.4; charset=utf-8");
+  impl->progress = std::make_unique<TextHandler>([metrics] { return metrics->ProgressJson(); },
+                                                 "application/json");
+  impl->server->addHandler("/metrics", impl->metrics.get());
+  impl->server->addHandler("/progress", impl->progress.get());
+  std::unique_ptr<MetricsServer> server(new MetricsServer());
+  server->port_ = ports.front();
+  server->impl_ = std::move(impl);
+  *out = std::move(server);
+  return Status::Ok();
+}
+
+MetricsServer::~MetricsServer() {
+  if (impl_ && impl_->server)
+    impl_->server->close();
+}
+
+}  // namespace tessera::train

@@ -1,0 +1,75 @@
+// The built-in GPT trainer for one rank: data, forward/backward with micro-batch
+// accumulation, clipping, AdamW with warm-up and cosine decay, validation, checkpoints with
+// bit-exact resume, metrics and logs. This build trains one data-parallel rank (WORLD_SIZE 1);
+// collectives are not its business.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "worker/train/config.h"
+#include "worker/train/status.h"
+
+namespace tessera::train {
+
+// Where this process sits in the job (DESIGN.md §3 environment).
+struct RankContext {
+  int rank = 0;
+  int world_size = 1;
+  std::string mesh = "data=1,pipeline=1,tensor=1";
+  int kernel_threads = 0;  // 0: leave the kernels' default (OMP_NUM_THREADS / all cores)
+};
+
+struct RunOptions {
+  // Stop after this many steps are completed (as if interrupted), writing a checkpoint there
+  // when a checkpoint directory is configured. -1: run to schedule.steps.
+  int64_t stop_after_step = -1;
+};
+
+struct TrainResult {
+  int64_t start_step = 0;          // 0, or the step of the checkpoint resumed from
+  int64_t steps_completed = 0;     // optimizer steps done when Run returned (the global count)
+  std::vector<float> losses;       // training loss of each step this Run executed
+  std::optional<double> val_loss;  // the last validation loss
+  bool stopped = false;            // RequestStop or stop_after_step ended the run early
+};
+
+class Trainer {
+ public:
+  // Validates `config` for `rank`, loads the dataset and builds the model and optimizer (not
+  // yet initialised; Run does that or resumes). Configuration and dataset problems are
+  // kBadConfig with one line naming the field or path. Starts the metrics server when
+  // config.metrics.port >= 0 (kIoError when the port cannot be bound).
+  static Status Create(const TrainerConfig& config, const RankContext& rank,
+                       std::unique_ptr<Trainer>* out);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // Resumes from the newest complete checkpoint in config.checkpoint.dir (refusing, with
+  // kCheckpointRefused, one that is corrupt or belongs to another job), otherwise starts
+  // from InitParameters(seed); then trains to schedule.steps. Not reentrant.
+  Status Run(const RunOptions& options, TrainResult* result);
+
+  // Asks Run to stop after the step in progress and write a checkpoint. Thread-safe and
+  // async-signal-safe (it only stores an atomic flag).
+  void RequestStop() { stop_requested_.store(true, std::memory_order_relaxed); }
+
+  // The port the metrics server listens on, or -1 when it is off.
+  int metrics_port() const;
+
+  // Mean validation loss over the fixed validation windows (rank 0's share in one-rank
+  // jobs), with the current parameters.
+  double ValidationLoss();
+
+ private:
+  struct Impl;
+  explicit Trainer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+  std::atomic<bool> stop_requested_{false};
+};
+
+}  // namespace tessera::train
