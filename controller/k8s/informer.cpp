@@ -1,0 +1,222 @@
+#include "controller/k8s/informer.h"
+
+namespace tessera::k8s {
+
+std::string KeyOf(const Json& object) {
+  const Json& meta = object.value("metadata", Json::object());
+  std::string ns = meta.value("namespace", "");
+  std::string name = meta.value("name", "");
+  return ns.empty() ? name : ns + "/" + name;
+}
+
+IndexFunc IndexByLabel(std::string key) {
+  return [key](const Json& object) -> std::vector<std::string> {
+    const Json& labels = object.value("metadata", Json::object()).value("labels", Json::object());
+    auto it = labels.find(key);
+    if (it == labels.end() || !it->is_string())
+      return {};
+    return {it->get<std::string>()};
+  };
+}
+
+IndexFunc IndexByOwnerUid() {
+  return [](const Json& object) {
+    std::vector<std::string> uids;
+    const Json& owners =
+        object.value("metadata", Json::object()).value("ownerReferences", Json::array());
+    for (const auto& owner : owners) {
+      if (owner.contains("uid") && owner["uid"].is_string())
+        uids.push_back(owner["uid"]);
+    }
+    return uids;
+  };
+}
+
+Informer::Informer(RestClient& client, ResourceRef ref, InformerOptions options)
+    : client_(client), ref_(std::move(ref)), options_(std::move(options)) {}
+
+Informer::~Informer() {
+  Stop();
+}
+
+void Informer::AddHandlers(InformerHandlers handlers) {
+  handlers_.push_back(std::move(handlers));
+}
+
+void Informer::AddIndex(const std::string& name, IndexFunc fn) {
+  index_funcs_[name] = std::move(fn);
+}
+
+void Informer::Start() {
+  ReflectorOptions ro = options_.reflector;
+  ro.label_selector = options_.label_selector;
+  ro.field_selector = options_.field_selector;
+  thread_ = std::thread([this, ro] {
+    ReflectorSink sink;
+    sink.replace = [this](std::vector<Json> items, const std::string& rv) {
+      Replace(std::move(items), rv);
+    };
+    sink.event = [this](const WatchEvent& event) { Apply(event); };
+    Reflector reflector(client_, ref_, ro, sink);
+    reflector.Run(stop_);
+  });
+}
+
+void Informer::Stop() {
+  stop_.Cancel();
+  if (thread_.joinable())
+    thread_.join();
+}
+
+bool Informer::HasSynced() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return synced_;
+}
+
+bool Informer::WaitForSync(std::chrono::steady_clock::duration timeout) const {
+  std::unique_lock<std::mutex> lock(mu_);
+  return synced_cv_.wait_for(lock, timeout, [this] { return synced_; });
+}
+
+ObjectPtr Informer::Get(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = items_.find(key);
+  return it == items_.end() ? nullptr : it->second;
+}
+
+std::vector<ObjectPtr> Informer::List() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<ObjectPtr> out;
+  out.reserve(items_.size());
+  for (const auto& [key, object] : items_)
+    out.push_back(object);
+  return out;
+}
+
+std::vector<ObjectPtr> Informer::ByIndex(const std::string& index, const std::string& value) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<ObjectPtr> out;
+  auto idx = indices_.find(index);
+  if (idx == indices_.end())
+    return out;
+  auto keys = idx->second.find(value);
+  if (keys == idx->second.end())
+    return out;
+  for (const auto& key : keys->second) {
+    if (auto it = items_.find(key); it != items_.end())
+      out.push_back(it->second);
+  }
+  return out;
+}
+
+std::string Informer::LastResourceVersion() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return resource_version_;
+}
+
+void Informer::IndexLocked(const std::string& key, const Json& object, bool insert) {
+  for (const auto& [name, fn] : index_funcs_) {
+    for (const auto& value : fn(object)) {
+      auto& keys = indices_[name][value];
+      if (insert) {
+        keys.insert(key);
+      } else {
+        keys.erase(key);
+        if (keys.empty())
+          indices_[name].erase(value);
+      }
+    }
+  }
+}
+
+static std::string ResourceVersionOf(const Json& object) {
+  return object.value("metadata", Json::object()).value("resourceVersion", "");
+}
+
+void Informer::Upsert(Json object) {
+  std::string key = KeyOf(object);
+  auto fresh = std::make_shared<const Json>(std::move(object));
+  ObjectPtr old;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = items_.find(key);
+    if (it != items_.end()) {
+      old = it->second;
+      IndexLocked(key, *old, false);
+    }
+    items_[key] = fresh;
+    IndexLocked(key, *fresh, true);
+  }
+  for (const auto& h : handlers_) {
+    if (old) {
+      if (h.on_update)
+        h.on_update(old, fresh);
+    } else if (h.on_add) {
+      h.on_add(fresh);
+    }
+  }
+}
+
+void Informer::Remove(const Json& object) {
+  std::string key = KeyOf(object);
+  ObjectPtr old;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = items_.find(key);
+    if (it == items_.end())
+      return;
+    old = it->second;
+    IndexLocked(key, *old, false);
+    items_.erase(it);
+  }
+  // Hand out the final state the server reported, which may be newer than the cached one.
+  auto last = std::make_shared<const Json>(object);
+  for (const auto& h : handlers_) {
+    if (h.on_delete)
+      h.on_delete(last);
+  }
+}
+
+void Informer::Replace(std::vector<Json> items, const std::string& resource_version) {
+  // A relist: objects no longer listed were deleted while we were not watching; listed ones
+  // are added or (when their resourceVersion moved) updated.
+  std::set<std::string> listed;
+  for (const auto& item : items)
+    listed.insert(KeyOf(item));
+  std::vector<ObjectPtr> gone;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [key, object] : items_) {
+      if (!listed.count(key))
+        gone.push_back(object);
+    }
+  }
+  for (const auto& object : gone)
+    Remove(*object);
+  for (auto& item : items) {
+    ObjectPtr cached = Get(KeyOf(item));
+    if (cached && ResourceVersionOf(*cached) == ResourceVersionOf(item))
+      continue;
+    Upsert(std::move(item));
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    resource_version_ = resource_version;
+    synced_ = true;
+  }
+  synced_cv_.notify_all();
+}
+
+void Informer::Apply(const WatchEvent& event) {
+  if (event.type == "ADDED" || event.type == "MODIFIED") {
+    Upsert(event.object);
+  } else if (event.type == "DELETED") {
+    Remove(event.object);
+  }
+  std::string rv = ResourceVersionOf(event.object);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!rv.empty())
+    resource_version_ = rv;
+}
+
+}  // namespace tessera::k8s

@@ -1,0 +1,99 @@
+// An informer: a thread running list + watch (Reflector) for one resource that keeps a
+// thread-safe cache of the objects and calls add/update/delete handlers. Cached objects are
+// immutable (shared_ptr<const Json>): copy before changing. It never writes to the server.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "controller/k8s/watch.h"
+
+namespace tessera::k8s {
+
+using ObjectPtr = std::shared_ptr<const Json>;
+
+// "namespace/name", or "name" for cluster-scoped objects.
+std::string KeyOf(const Json& object);
+
+// Handlers run on the informer's thread, one at a time, in event order. Keep them short
+// (enqueue a key); they must not call Stop().
+struct InformerHandlers {
+  std::function<void(const ObjectPtr& object)> on_add;
+  std::function<void(const ObjectPtr& old_object, const ObjectPtr& new_object)> on_update;
+  std::function<void(const ObjectPtr& object)> on_delete;
+};
+
+// Values an object is indexed under (e.g. its owner UIDs).
+using IndexFunc = std::function<std::vector<std::string>(const Json& object)>;
+// Index by the value of label `key` (objects without the label are not indexed).
+IndexFunc IndexByLabel(std::string key);
+// Index by the UID of every owner reference.
+IndexFunc IndexByOwnerUid();
+
+struct InformerOptions {
+  std::string label_selector;
+  std::string field_selector;
+  ReflectorOptions reflector;  // its selectors are overwritten by the two above
+};
+
+// Thread-safe: readers (Get, List, ByIndex, HasSynced) may be called from any thread while
+// the informer runs. AddHandlers and AddIndex must be called before Start.
+class Informer {
+ public:
+  // `client` must outlive the informer. ref.namespace_ empty = all namespaces.
+  Informer(RestClient& client, ResourceRef ref, InformerOptions options = {});
+  ~Informer();  // stops
+  Informer(const Informer&) = delete;
+  Informer& operator=(const Informer&) = delete;
+
+  void AddHandlers(InformerHandlers handlers);
+  void AddIndex(const std::string& name, IndexFunc fn);
+
+  void Start();
+  // Stops the thread (cancels the watch) and waits for it. Idempotent.
+  void Stop();
+
+  // True once the first full list is in the cache (and its add handlers have run).
+  bool HasSynced() const;
+  // Waits for HasSynced until `timeout`; returns HasSynced().
+  bool WaitForSync(std::chrono::steady_clock::duration timeout) const;
+
+  ObjectPtr Get(const std::string& key) const;  // null when absent
+  std::vector<ObjectPtr> List() const;
+  std::vector<ObjectPtr> ByIndex(const std::string& index, const std::string& value) const;
+  std::string LastResourceVersion() const;
+
+ private:
+  void Replace(std::vector<Json> items, const std::string& resource_version);
+  void Apply(const WatchEvent& event);
+  void IndexLocked(const std::string& key, const Json& object, bool insert);
+  void Upsert(Json object);
+  void Remove(const Json& object);
+
+  RestClient& client_;
+  ResourceRef ref_;
+  InformerOptions options_;
+  std::vector<InformerHandlers> handlers_;
+  std::map<std::string, IndexFunc> index_funcs_;
+
+  mutable std::mutex mu_;
+  mutable std::condition_variable synced_cv_;
+  std::map<std::string, ObjectPtr> items_;
+  // index name -> value -> keys
+  std::map<std::string, std::map<std::string, std::set<std::string>>> indices_;
+  bool synced_ = false;
+  std::string resource_version_;
+
+  Cancellation stop_;
+  std::thread thread_;
+};
+
+}  // namespace tessera::k8s

@@ -1,0 +1,314 @@
+#include "controller/k8s/rest.h"
+
+#include <utility>
+
+namespace tessera::k8s {
+
+ResourceRef ResourceRef::InNamespace(std::string ns) const {
+  ResourceRef r = *this;
+  r.namespace_ = std::move(ns);
+  return r;
+}
+
+ResourceRef ResourceRef::Named(std::string n) const {
+  ResourceRef r = *this;
+  r.name = std::move(n);
+  return r;
+}
+
+std::string ResourceRef::Path(const std::string& subresource) const {
+  std::string p = group.empty() ? "/api/" + version : "/apis/" + group + "/" + version;
+  if (!namespace_.empty())
+    p += "/namespaces/" + namespace_;
+  p += "/" + resource;
+  if (!name.empty())
+    p += "/" + name;
+  if (!subresource.empty())
+    p += "/" + subresource;
+  return p;
+}
+
+ResourceRef ConfigMaps(std::string ns) {
+  return {"", "v1", "configmaps", std::move(ns), ""};
+}
+ResourceRef Pods(std::string ns) {
+  return {"", "v1", "pods", std::move(ns), ""};
+}
+ResourceRef Services(std::string ns) {
+  return {"", "v1", "services", std::move(ns), ""};
+}
+ResourceRef Secrets(std::string ns) {
+  return {"", "v1", "secrets", std::move(ns), ""};
+}
+ResourceRef Namespaces() {
+  return {"", "v1", "namespaces", "", ""};
+}
+ResourceRef Nodes() {
+  return {"", "v1", "nodes", "", ""};
+}
+ResourceRef Leases(std::string ns) {
+  return {"coordination.k8s.io", "v1", "leases", std::move(ns), ""};
+}
+ResourceRef Events(std::string ns) {
+  return {"events.k8s.io", "v1", "events", std::move(ns), ""};
+}
+
+void RequestCounters::Record(const std::string& verb, int code) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++counts_[{verb, code}];
+}
+
+int64_t RequestCounters::Get(const std::string& verb, int code) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = counts_.find({verb, code});
+  return it == counts_.end() ? 0 : it->second;
+}
+
+std::map<std::pair<std::string, int>, int64_t> RequestCounters::Snapshot() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return counts_;
+}
+
+RequestObserver RequestCounters::Observer() {
+  return [this](const std::string& verb, int code) { Record(verb, code); };
+}
+
+std::string QueryEscape(const std::string& value) {
+  static const char* hex = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : value) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out.push_back('%');
+      out.push_back(hex[c >> 4]);
+      out.push_back(hex[c & 15]);
+    }
+  }
+  return out;
+}
+
+ApiError ErrorFromResponse(int status, const std::string& body) {
+  ApiError err{status, "", ""};
+  Json parsed = Json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_object() && parsed.value("kind", "") == "Status") {
+    err.reason = parsed.value("reason", "");
+    err.message = parsed.value("message", "");
+  } else {
+    err.message = body.substr(0, 512);
+  }
+  if (err.reason.empty()) {
+    switch (status) {
+      case 400:
+        err.reason = "BadRequest";
+        break;
+      case 401:
+        err.reason = "Unauthorized";
+        break;
+      case 403:
+        err.reason = "Forbidden";
+        break;
+      case 404:
+        err.reason = "NotFound";
+        break;
+      case 409:
+        err.reason = "Conflict";
+        break;
+      case 410:
+        err.reason = "Gone";
+        break;
+      case 422:
+        err.reason = "Invalid";
+        break;
+      case 429:
+        err.reason = "TooManyRequests";
+        break;
+      default:
+        err.reason = status >= 500 ? "InternalError" : "Unknown";
+    }
+  }
+  return err;
+}
+
+namespace {
+
+void AddQuery(std::string& path, const char* key, const std::string& value) {
+  if (value.empty())
+    return;
+  path += path.find('?') == std::string::npos ? '?' : '&';
+  path += key;
+  path += '=';
+  path += QueryEscape(value);
+}
+
+const char* PatchContentType(PatchType type) {
+  switch (type) {
+    case PatchType::kMerge:
+      return "application/merge-patch+json";
+    case PatchType::kJson:
+      return "application/json-patch+json";
+    case PatchType::kStrategic:
+      return "application/strategic-merge-patch+json";
+  }
+  return "application/merge-patch+json";
+}
+
+}  // namespace
+
+RestClient::RestClient(HttpTransport& transport, const ClientConfig& config, RestOptions options)
+    : transport_(transport),
+      token_(config.token),
+      options_(std::move(options)),
+      limiter_(options_.qps, options_.burst) {}
+
+void RestClient::Authorize(HttpRequest& request) {
+  request.headers["Accept"] = "application/json";
+  if (token_) {
+    std::string token = token_->Token();
+    if (!token.empty())
+      request.headers["Authorization"] = "Bearer " + token;
+  }
+}
+
+void RestClient::Observe(const std::string& verb, int code) {
+  if (options_.observer)
+    options_.observer(verb, code);
+}
+
+Result<Json> RestClient::Do(const std::string& verb, const std::string& method,
+                            const std::string& path, const Json* body,
+                            const std::string& content_type) {
+  limiter_.Wait();
+  HttpRequest request;
+  request.method = method;
+  request.path = path;
+  request.timeout = options_.timeout;
+  Authorize(request);
+  if (body) {
+    request.headers["Content-Type"] = content_type;
+    request.body = body->dump();
+  }
+  auto response = transport_.Send(request);
+  if (!response.ok()) {
+    Observe(verb, 0);
+    return response.error();
+  }
+  Observe(verb, response->status);
+  if (response->status < 200 || response->status >= 300) {
+    return ErrorFromResponse(response->status, response->body);
+  }
+  Json parsed = Json::parse(response->body, nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded()) {
+    return ApiError{response->status, "InvalidResponse",
+                    "the server's response is not JSON: " + response->body.substr(0, 200)};
+  }
+  return parsed;
+}
+
+Result<Json> RestClient::Get(const ResourceRef& ref) {
+  return Do("get", "GET", ref.Path(), nullptr);
+}
+
+Result<Json> RestClient::List(const ResourceRef& ref, const ListOptions& options) {
+  std::string path = ref.Named("").Path();
+  AddQuery(path, "labelSelector", options.label_selector);
+  AddQuery(path, "fieldSelector", options.field_selector);
+  AddQuery(path, "resourceVersion", options.resource_version);
+  if (options.limit > 0)
+    AddQuery(path, "limit", std::to_string(options.limit));
+  AddQuery(path, "continue", options.continue_token);
+  return Do("list", "GET", path, nullptr);
+}
+
+Result<Json> RestClient::Create(const ResourceRef& ref, const Json& object) {
+  return Do("create", "POST", ref.Named("").Path(), &object);
+}
+
+Result<Json> RestClient::Update(const ResourceRef& ref, const Json& object) {
+  return Do("update", "PUT", ref.Path(), &object);
+}
+
+Result<Json> RestClient::Patch(const ResourceRef& ref, PatchType type, const Json& patch) {
+  return Do("patch", "PATCH", ref.Path(), &patch, PatchContentType(type));
+}
+
+Result<Json> RestClient::Delete(const ResourceRef& ref, const DeleteOptions& options) {
+  Json body = {{"apiVersion", "v1"}, {"kind", "DeleteOptions"}};
+  if (options.propagation_policy)
+    body["propagationPolicy"] = *options.propagation_policy;
+  if (options.grace_period_seconds)
+    body["gracePeriodSeconds"] = *options.grace_period_seconds;
+  if (options.precondition_uid)
+    body["preconditions"]["uid"] = *options.precondition_uid;
+  if (options.precondition_resource_version) {
+    body["preconditions"]["resourceVersion"] = *options.precondition_resource_version;
+  }
+  return Do("delete", "DELETE", ref.Path(), &body);
+}
+
+Result<Json> RestClient::UpdateStatus(const ResourceRef& ref, const Json& object) {
+  return Do("update", "PUT", ref.Path("status"), &object);
+}
+
+Result<Json> RestClient::PatchStatus(const ResourceRef& ref, PatchType type, const Json& patch) {
+  return Do("patch", "PATCH", ref.Path("status"), &patch, PatchContentType(type));
+}
+
+Status RestClient::Watch(const ResourceRef& ref, const WatchOptions& options,
+                         const std::function<bool(const WatchEvent&)>& on_event,
+                         Cancellation& cancel) {
+  limiter_.Wait();
+  std::string path = ref.Named("").Path() + "?watch=true";
+  AddQuery(path, "labelSelector", options.label_selector);
+  AddQuery(path, "fieldSelector", options.field_selector);
+  AddQuery(path, "resourceVersion", options.resource_version);
+  if (options.allow_bookmarks)
+    AddQuery(path, "allowWatchBookmarks", "true");
+  if (options.timeout_seconds > 0) {
+    AddQuery(path, "timeoutSeconds", std::to_string(options.timeout_seconds));
+  }
+  HttpRequest request;
+  request.path = path;
+  // The server may be silent for a while (bookmarks come about once a minute): allow the
+  // whole watch plus a margin before the transport gives up.
+  request.timeout = std::chrono::seconds(std::max(options.timeout_seconds, 60) + 30);
+  Authorize(request);
+
+  std::optional<ApiError> stream_error;
+  auto response = transport_.Stream(
+      request,
+      [&](std::string_view line) {
+        Json parsed = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+        if (!parsed.is_object() || !parsed.contains("type")) {
+          stream_error = ApiError{200, "InvalidResponse",
+                                  "watch event is not JSON: " + std::string(line.substr(0, 200))};
+          return false;
+        }
+        WatchEvent event{parsed.value("type", ""), parsed.value("object", Json::object())};
+        if (event.type == "ERROR") {
+          const Json& s = event.object;
+          int code = s.value("code", 500);
+          stream_error = ApiError{code, s.value("reason", ""), s.value("message", "")};
+          if (stream_error->reason.empty())
+            stream_error = ErrorFromResponse(code, "");
+          return false;
+        }
+        return on_event(event);
+      },
+      cancel);
+  if (!response.ok()) {
+    Observe("watch", 0);
+    if (cancel.IsCancelled())
+      return Status::Ok();
+    return response.error();
+  }
+  Observe("watch", response->status);
+  if (response->status < 200 || response->status >= 300) {
+    return ErrorFromResponse(response->status, response->body);
+  }
+  if (stream_error)
+    return *stream_error;
+  return Status::Ok();
+}
+
+}  // namespace tessera::k8s

@@ -1,0 +1,170 @@
+// The one file that knows cpprestsdk (DESIGN.md §5): replace it to change HTTP libraries.
+#include "controller/k8s/transport_cpprest.h"
+
+#include <cpprest/containerstream.h>
+#include <cpprest/http_client.h>
+
+#include <boost/asio/ssl.hpp>
+#include <cctype>
+#include <map>
+#include <mutex>
+
+namespace tessera::k8s {
+namespace {
+
+namespace http = web::http;
+namespace ssl = boost::asio::ssl;
+
+// Loads the PEM material into an SSL context; returns an error line instead of throwing.
+std::string ConfigureTls(ssl::context& ctx, const ClientConfig& config) {
+  boost::system::error_code ec;
+  if (!config.ca_pem.empty()) {
+    ctx.add_certificate_authority(boost::asio::buffer(config.ca_pem), ec);
+    if (ec)
+      return "certificate-authority: not a PEM certificate (" + ec.message() + ")";
+  }
+  if (!config.client_cert_pem.empty()) {
+    ctx.use_certificate_chain(boost::asio::buffer(config.client_cert_pem), ec);
+    if (ec)
+      return "client-certificate: not a PEM certificate (" + ec.message() + ")";
+    ctx.use_private_key(boost::asio::buffer(config.client_key_pem), ssl::context::pem, ec);
+    if (ec)
+      return "client-key: not a PEM private key matching the certificate (" + ec.message() + ")";
+  }
+  return "";
+}
+
+std::string Lower(std::string s) {
+  for (char& c : s)
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+class CpprestTransport final : public HttpTransport {
+ public:
+  explicit CpprestTransport(ClientConfig config) : config_(std::move(config)) {}
+
+  Result<HttpResponse> Send(const HttpRequest& request) override {
+    try {
+      http::http_response response = Client(request.timeout).request(ToCpprest(request)).get();
+      HttpResponse out = Headers(response);
+      out.body = response.extract_utf8string(true).get();
+      return out;
+    } catch (const std::exception& e) {
+      return Failure(e);
+    }
+  }
+
+  Result<HttpResponse> Stream(const HttpRequest& request,
+                              const std::function<bool(std::string_view line)>& on_line,
+                              Cancellation& cancel) override {
+    pplx::cancellation_token_source source;
+    uint64_t reg = cancel.Register([&source] { source.cancel(); });
+    struct Unregister {
+      Cancellation& c;
+      uint64_t id;
+      ~Unregister() { c.Unregister(id); }
+    } unregister{cancel, reg};
+    try {
+      http::http_response response =
+          Client(request.timeout).request(ToCpprest(request), source.get_token()).get();
+      HttpResponse out = Headers(response);
+      if (out.status < 200 || out.status >= 300) {
+        out.body = response.extract_utf8string(true).get();
+        return out;
+      }
+      auto body = response.body();
+      while (!cancel.IsCancelled()) {
+        concurrency::streams::container_buffer<std::string> line;
+        size_t n = body.read_line(line).get();
+        if (n == 0 && body.is_eof())
+          break;
+        if (!line.collection().empty() && !on_line(line.collection()))
+          break;
+      }
+      return out;
+    } catch (const std::exception& e) {
+      if (cancel.IsCancelled())
+        return ApiError{0, "Cancelled", "stream cancelled"};
+      return Failure(e);
+    }
+  }
+
+ private:
+  // One client per timeout value: cpprestsdk fixes the timeout per client. Clients are
+  // thread-safe and pool their connections.
+  http::client::http_client& Client(std::chrono::milliseconds timeout) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = clients_.find(timeout.count());
+    if (it != clients_.end())
+      return *it->second;
+    http::client::http_client_config cc;
+    cc.set_timeout(std::chrono::duration_cast<std::chrono::microseconds>(timeout));
+    cc.set_validate_certificates(!config_.insecure_skip_tls_verify);
+    ClientConfig tls = config_;
+    cc.set_ssl_context_callback([tls](ssl::context& ctx) { ConfigureTls(ctx, tls); });
+    auto client = std::make_unique<http::client::http_client>(config_.server, cc);
+    return *clients_.emplace(timeout.count(), std::move(client)).first->second;
+  }
+
+  http::http_request ToCpprest(const HttpRequest& request) const {
+    http::http_request req(request.method);
+    req.set_request_uri(request.path);
+    for (const auto& [name, value] : request.headers) {
+      if (Lower(name) != "content-type")
+        req.headers().add(name, value);
+    }
+    req.headers().add("User-Agent", config_.user_agent);
+    if (!request.body.empty() || request.method == "POST" || request.method == "PUT" ||
+        request.method == "PATCH") {
+      auto ct = request.headers.find("Content-Type");
+      req.set_body(request.body,
+                   ct == request.headers.end() ? std::string("application/json") : ct->second);
+    }
+    return req;
+  }
+
+  static HttpResponse Headers(const http::http_response& response) {
+    HttpResponse out;
+    out.status = response.status_code();
+    for (const auto& [name, value] : response.headers())
+      out.headers[Lower(name)] = value;
+    return out;
+  }
+
+  static ApiError Failure(const std::exception& e) {
+    std::string what = e.what();
+    bool timeout = Lower(what).find("timed out") != std::string::npos ||
+                   Lower(what).find("timeout") != std::string::npos;
+    return ApiError{0, timeout ? "Timeout" : "Transport", what};
+  }
+
+  ClientConfig config_;
+  std::mutex mu_;
+  std::map<int64_t, std::unique_ptr<http::client::http_client>> clients_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<HttpTransport>, std::string> NewCpprestTransport(
+    const ClientConfig& config) {
+  if (config.server.rfind("https://", 0) != 0 && config.server.rfind("http://", 0) != 0) {
+    return "server \"" + config.server + "\": must start with https:// or http://";
+  }
+  if (!config.tls_server_name.empty()) {
+    return std::string(
+        "tls-server-name is not supported; connect to a name the certificate covers");
+  }
+  ssl::context probe(ssl::context::sslv23);
+  if (std::string err = ConfigureTls(probe, config); !err.empty())
+    return err;
+  try {
+    web::uri check(config.server);
+    (void)check;
+  } catch (const std::exception& e) {
+    return "server \"" + config.server + "\": " + e.what();
+  }
+  return std::unique_ptr<HttpTransport>(new CpprestTransport(config));
+}
+
+}  // namespace tessera::k8s

@@ -1,0 +1,113 @@
+#include "controller/k8s/watch.h"
+
+#include <algorithm>
+
+namespace tessera::k8s {
+
+Backoff::Backoff(Options options)
+    : options_(options), current_(options.initial), rng_(std::random_device{}()) {}
+
+std::chrono::milliseconds Backoff::Next() {
+  std::uniform_real_distribution<double> factor(1.0, 1.0 + options_.jitter);
+  auto delay = std::chrono::milliseconds(
+      static_cast<int64_t>(static_cast<double>(current_.count()) * factor(rng_)));
+  current_ = std::min(options_.max, current_ * 2);
+  return std::min(delay, options_.max);
+}
+
+void Backoff::Reset() {
+  current_ = options_.initial;
+}
+
+Reflector::Reflector(RestClient& client, ResourceRef ref, ReflectorOptions options,
+                     ReflectorSink sink)
+    : client_(client),
+      ref_(std::move(ref)),
+      options_(std::move(options)),
+      sink_(std::move(sink)),
+      backoff_(options_.backoff) {}
+
+bool Reflector::ListAll(Cancellation& stop) {
+  std::vector<Json> items;
+  ListOptions list;
+  list.label_selector = options_.label_selector;
+  list.field_selector = options_.field_selector;
+  list.limit = options_.page_size;
+  while (!stop.IsCancelled()) {
+    auto page = client_.List(ref_, list);
+    if (!page.ok()) {
+      if (sink_.error)
+        sink_.error(page.error(), true);
+      return false;
+    }
+    Json& body = *page;
+    if (body.contains("items") && body["items"].is_array()) {
+      for (auto& item : body["items"])
+        items.push_back(std::move(item));
+    }
+    const Json& meta = body.value("metadata", Json::object());
+    std::string next = meta.value("continue", "");
+    if (next.empty()) {
+      resource_version_ = meta.value("resourceVersion", "");
+      if (sink_.replace)
+        sink_.replace(std::move(items), resource_version_);
+      return true;
+    }
+    list.continue_token = next;
+  }
+  return false;
+}
+
+void Reflector::Run(Cancellation& stop) {
+  bool need_list = true;
+  bool first_list = true;
+  while (!stop.IsCancelled()) {
+    if (need_list) {
+      if (!first_list && options_.on_watch_restart)
+        options_.on_watch_restart();
+      if (!ListAll(stop)) {
+        stop.WaitFor(backoff_.Next());
+        continue;
+      }
+      first_list = false;
+      need_list = false;
+    }
+    WatchOptions watch;
+    watch.label_selector = options_.label_selector;
+    watch.field_selector = options_.field_selector;
+    watch.resource_version = resource_version_;
+    watch.allow_bookmarks = true;
+    watch.timeout_seconds = options_.watch_timeout_seconds;
+    bool got_event = false;
+    Status status = client_.Watch(
+        ref_, watch,
+        [&](const WatchEvent& event) {
+          got_event = true;
+          std::string rv = event.object.value("metadata", Json::object())
+                               .value("resourceVersion", resource_version_);
+          if (!rv.empty())
+            resource_version_ = rv;
+          if (event.type != "BOOKMARK" && sink_.event)
+            sink_.event(event);
+          return !stop.IsCancelled();
+        },
+        stop);
+    if (stop.IsCancelled())
+      return;
+    if (status.ok()) {
+      backoff_.Reset();  // the server closed a healthy watch: resume at once
+      continue;
+    }
+    if (got_event)
+      backoff_.Reset();
+    if (sink_.error)
+      sink_.error(status.error(), status.error().IsGone());
+    if (status.error().IsGone()) {
+      need_list = true;  // our resourceVersion was compacted away: relist right away
+      continue;
+    }
+    stop.WaitFor(backoff_.Next());
+  }
+}
+
+}  // namespace tessera::k8s

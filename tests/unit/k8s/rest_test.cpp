@@ -1,0 +1,253 @@
+// The REST client against the in-memory API server: paths, verbs, content types, errors as
+// values, bearer tokens, request counters, and the token bucket behind --qps/--burst.
+#include "controller/k8s/rest.h"
+
+#include <gtest/gtest.h>
+
+#include "tests/unit/k8s/fake_apiserver.h"
+
+namespace tessera::k8s {
+namespace {
+
+using testing::FakeApiServer;
+
+TEST(K8sResourceRefTest, PathsForCoreGroupedNamespacedAndClusterScoped) {
+  struct Case {
+    ResourceRef ref;
+    std::string subresource;
+    std::string path;
+  };
+  const Case cases[] = {
+      {ConfigMaps("ns1").Named("cm"), "", "/api/v1/namespaces/ns1/configmaps/cm"},
+      {ConfigMaps(), "", "/api/v1/configmaps"},
+      {Nodes().Named("n1"), "status", "/api/v1/nodes/n1/status"},
+      {Leases("kube-system").Named("l"), "",
+       "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/l"},
+      {ResourceRef{"tessera.dev", "v1alpha1", "trainingjobs", "a", "j"}, "status",
+       "/apis/tessera.dev/v1alpha1/namespaces/a/trainingjobs/j/status"},
+      {Events("x"), "", "/apis/events.k8s.io/v1/namespaces/x/events"},
+  };
+  for (const auto& c : cases)
+    EXPECT_EQ(c.ref.Path(c.subresource), c.path);
+}
+
+TEST(K8sApiErrorTest, ReadsStatusBodiesAndClassifies) {
+  struct Case {
+    int code;
+    std::string body;
+    std::string reason;
+    bool not_found, conflict, exists, gone, invalid, retryable;
+  };
+  const Case cases[] = {
+      {404, R"({"kind":"Status","reason":"NotFound","message":"cm \"x\" not found"})", "NotFound",
+       true, false, false, false, false, false},
+      {409, R"({"kind":"Status","reason":"Conflict","message":"modified"})", "Conflict", false,
+       true, false, false, false, false},
+      {409, R"({"kind":"Status","reason":"AlreadyExists","message":"exists"})", "AlreadyExists",
+       false, false, true, false, false, false},
+      {410, R"({"kind":"Status","reason":"Expired","message":"too old"})", "Expired", false, false,
+       false, true, false, false},
+      {422, R"({"kind":"Status","reason":"Invalid","message":"spec.x"})", "Invalid", false, false,
+       false, false, true, false},
+      {503, "upstream connect error", "InternalError", false, false, false, false, false, true},
+      {429, "", "TooManyRequests", false, false, false, false, false, true},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.body);
+    ApiError e = ErrorFromResponse(c.code, c.body);
+    EXPECT_EQ(e.code, c.code);
+    EXPECT_EQ(e.reason, c.reason);
+    EXPECT_EQ(e.IsNotFound(), c.not_found);
+    EXPECT_EQ(e.IsConflict(), c.conflict);
+    EXPECT_EQ(e.IsAlreadyExists(), c.exists);
+    EXPECT_EQ(e.IsGone(), c.gone);
+    EXPECT_EQ(e.IsInvalid(), c.invalid);
+    EXPECT_EQ(e.IsRetryable(), c.retryable);
+  }
+}
+
+TEST(K8sQueryEscapeTest, EscapesSelectorCharacters) {
+  EXPECT_EQ(QueryEscape("app=web,tier!=db"), "app%3Dweb%2Ctier%21%3Ddb");
+  EXPECT_EQ(QueryEscape("a-b_c.d~"), "a-b_c.d~");
+}
+
+class K8sRestClientTest : public ::testing::Test {
+ protected:
+  K8sRestClientTest() {
+    config_.token = TokenSource::Fixed("tok");
+    RestOptions options;
+    options.qps = 0;  // unlimited in tests
+    options.observer = counters_.Observer();
+    client_ = std::make_unique<RestClient>(server_, config_, options);
+  }
+  Json ConfigMap(const std::string& name, Json data = Json::object()) {
+    return {{"apiVersion", "v1"},
+            {"kind", "ConfigMap"},
+            {"metadata", {{"name", name}, {"labels", {{"app", "x"}}}}},
+            {"data", data}};
+  }
+  FakeApiServer server_;
+  ClientConfig config_;
+  RequestCounters counters_;
+  std::unique_ptr<RestClient> client_;
+};
+
+TEST_F(K8sRestClientTest, CrudRoundTripWithConflictsAndNotFound) {
+  auto cms = ConfigMaps("ns");
+  auto created = client_->Create(cms, ConfigMap("a", {{"k", "1"}}));
+  ASSERT_TRUE(created.ok()) << created.error().ToString();
+  EXPECT_EQ((*created)["metadata"]["namespace"], "ns");
+
+  auto again = client_->Create(cms, ConfigMap("a"));
+  ASSERT_FALSE(again.ok());
+  EXPECT_TRUE(again.error().IsAlreadyExists());
+
+  auto got = client_->Get(cms.Named("a"));
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ((*got)["data"]["k"], "1");
+
+  Json fresh = *got;
+  fresh["data"]["k"] = "2";
+  ASSERT_TRUE(client_->Update(cms.Named("a"), fresh).ok());
+  // The same (now stale) resourceVersion again: optimistic concurrency says no.
+  fresh["data"]["k"] = "3";
+  auto stale = client_->Update(cms.Named("a"), fresh);
+  ASSERT_FALSE(stale.ok());
+  EXPECT_TRUE(stale.error().IsConflict());
+  EXPECT_EQ(stale.error().code, 409);
+
+  auto merged = client_->Patch(cms.Named("a"), PatchType::kMerge, {{"data", {{"m", "yes"}}}});
+  ASSERT_TRUE(merged.ok());
+  EXPECT_EQ((*merged)["data"]["m"], "yes");
+  EXPECT_EQ((*merged)["data"]["k"], "2");
+
+  auto jsonp = client_->Patch(cms.Named("a"), PatchType::kJson,
+                              Json::array({{{"op", "remove"}, {"path", "/data/k"}}}));
+  ASSERT_TRUE(jsonp.ok());
+  EXPECT_FALSE((*jsonp)["data"].contains("k"));
+
+  ListOptions by_label;
+  by_label.label_selector = "app=x";
+  auto list = client_->List(ConfigMaps("ns"), by_label);
+  ASSERT_TRUE(list.ok());
+  EXPECT_EQ((*list)["items"].size(), 1u);
+
+  DeleteOptions del;
+  del.propagation_policy = "Foreground";
+  del.grace_period_seconds = 0;
+  ASSERT_TRUE(client_->Delete(cms.Named("a"), del).ok());
+  auto missing = client_->Get(cms.Named("a"));
+  ASSERT_FALSE(missing.ok());
+  EXPECT_TRUE(missing.error().IsNotFound());
+  EXPECT_TRUE(client_->Delete(cms.Named("a")).error().IsNotFound());
+
+  // The wire: verbs, paths, content types, the token, the delete options.
+  auto requests = server_.Requests();
+  for (const auto& r : requests)
+    EXPECT_EQ(r.headers.at("Authorization"), "Bearer tok");
+  auto find = [&](const std::string& method, const std::string& ct) {
+    for (const auto& r : requests) {
+      auto it = r.headers.find("Content-Type");
+      if (r.method == method && (ct.empty() || (it != r.headers.end() && it->second == ct))) {
+        return r;
+      }
+    }
+    ADD_FAILURE() << "no " << method << " " << ct;
+    return HttpRequest{};
+  };
+  EXPECT_EQ(find("POST", "").path, "/api/v1/namespaces/ns/configmaps");
+  EXPECT_EQ(find("PATCH", "application/merge-patch+json").path,
+            "/api/v1/namespaces/ns/configmaps/a");
+  find("PATCH", "application/json-patch+json");
+  Json del_body = Json::parse(find("DELETE", "").body);
+  EXPECT_EQ(del_body["propagationPolicy"], "Foreground");
+  EXPECT_EQ(del_body["gracePeriodSeconds"], 0);
+  bool saw_selector = false;
+  for (const auto& r : requests)
+    saw_selector |= r.path == "/api/v1/namespaces/ns/configmaps?labelSelector=app%3Dx";
+  EXPECT_TRUE(saw_selector);
+
+  // api_requests_total{verb,code}
+  EXPECT_EQ(counters_.Get("create", 201), 1);
+  EXPECT_EQ(counters_.Get("create", 409), 1);
+  EXPECT_EQ(counters_.Get("update", 409), 1);
+  EXPECT_EQ(counters_.Get("patch", 200), 2);
+  EXPECT_EQ(counters_.Get("get", 404), 1);
+  EXPECT_EQ(counters_.Get("delete", 404), 1);
+}
+
+TEST_F(K8sRestClientTest, StatusSubresourceChangesOnlyStatus) {
+  auto cms = ConfigMaps("ns");
+  ASSERT_TRUE(client_->Create(cms, ConfigMap("s", {{"k", "1"}})).ok());
+  auto patched = client_->PatchStatus(cms.Named("s"), PatchType::kMerge,
+                                      {{"status", {{"phase", "Running"}}}, {"data", {{"k", "9"}}}});
+  ASSERT_TRUE(patched.ok());
+  EXPECT_EQ((*patched)["status"]["phase"], "Running");
+  EXPECT_EQ((*patched)["data"]["k"], "1");
+  Json obj = *patched;
+  obj["status"]["phase"] = "Done";
+  auto updated = client_->UpdateStatus(cms.Named("s"), obj);
+  ASSERT_TRUE(updated.ok());
+  EXPECT_EQ((*updated)["status"]["phase"], "Done");
+  EXPECT_EQ(server_.CountRequests("PUT", "/api/v1/namespaces/ns/configmaps/s/status"), 1u);
+}
+
+TEST_F(K8sRestClientTest, TransportFailuresAreValuesWithCodeZero) {
+  server_.FailNext("GET", 1, 0);
+  auto r = client_->Get(ConfigMaps("ns").Named("x"));
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(r.error().IsTransport());
+  EXPECT_TRUE(r.error().IsRetryable());
+  EXPECT_EQ(counters_.Get("get", 0), 1);
+  server_.FailNext("GET", 1, 500);
+  r = client_->Get(ConfigMaps("ns").Named("x"));
+  EXPECT_EQ(r.error().code, 500);
+}
+
+TEST_F(K8sRestClientTest, WatchDeliversEventsAndEndsOnGone) {
+  auto cms = ConfigMaps("ns");
+  ASSERT_TRUE(client_->Create(cms, ConfigMap("w1")).ok());
+  std::string from = std::to_string(server_.ResourceVersion());
+  ASSERT_TRUE(client_->Create(cms, ConfigMap("w2")).ok());
+  ASSERT_TRUE(client_->Delete(cms.Named("w1")).ok());
+
+  std::vector<std::string> seen;
+  Cancellation cancel;
+  WatchOptions from_rv;
+  from_rv.resource_version = from;
+  Status s = client_->Watch(
+      cms, from_rv,
+      [&](const WatchEvent& e) {
+        seen.push_back(e.type + " " + e.object["metadata"]["name"].get<std::string>());
+        return seen.size() < 2;
+      },
+      cancel);
+  EXPECT_TRUE(s.ok());
+  EXPECT_EQ(seen, (std::vector<std::string>{"ADDED w2", "DELETED w1"}));
+  EXPECT_NE(server_.Requests().back().path.find("allowWatchBookmarks=true"), std::string::npos);
+
+  server_.Compact();
+  s = client_->Watch(
+      cms, from_rv, [](const WatchEvent&) { return true; }, cancel);
+  ASSERT_FALSE(s.ok());
+  EXPECT_TRUE(s.error().IsGone());
+  EXPECT_EQ(s.error().code, 410);
+}
+
+TEST(K8sTokenBucketTest, BurstIsFreeThenRequestsQueueAtTheRate) {
+  TokenBucket bucket(10, 3);  // 10/s, burst 3
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(bucket.Reserve(), TokenBucket::Clock::duration::zero());
+  // The 4th, 5th, 6th wait about 100, 200, 300 ms (each queues behind the previous).
+  auto d4 = bucket.Reserve(), d5 = bucket.Reserve(), d6 = bucket.Reserve();
+  EXPECT_GT(d4, std::chrono::milliseconds(50));
+  EXPECT_LE(d4, std::chrono::milliseconds(100));
+  EXPECT_GT(d5, d4 + std::chrono::milliseconds(50));
+  EXPECT_GT(d6, d5 + std::chrono::milliseconds(50));
+  TokenBucket unlimited(0, 1);
+  for (int i = 0; i < 100; ++i)
+    EXPECT_EQ(unlimited.Reserve(), TokenBucket::Clock::duration::zero());
+}
+
+}  // namespace
+}  // namespace tessera::k8s

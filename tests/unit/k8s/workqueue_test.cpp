@@ -1,0 +1,198 @@
+// The work queue's guarantees: de-duplication, one worker per item, re-processing after
+// Done, delays, per-item back-off, shutdown. Threads synchronise on the queue itself or on
+// condition variables; nothing sleeps to wait.
+#include "controller/k8s/workqueue.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+namespace tessera::k8s {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = WorkQueue::Clock;
+
+WorkQueueRateLimiter::Options NoBucket() {
+  WorkQueueRateLimiter::Options o;
+  o.qps = 0;
+  return o;
+}
+
+TEST(K8sWorkQueueTest, DeduplicatesQueuedItemsInFifoOrder) {
+  WorkQueue q;
+  for (const char* item : {"a", "b", "a", "c", "b"})
+    q.Add(item);
+  EXPECT_EQ(q.Len(), 3u);
+  EXPECT_EQ(q.Get(), "a");
+  EXPECT_EQ(q.Get(), "b");
+  EXPECT_EQ(q.Get(), "c");
+  EXPECT_EQ(q.Len(), 0u);
+}
+
+TEST(K8sWorkQueueTest, ItemAddedWhileProcessingComesBackOnlyAfterDone) {
+  WorkQueue q;
+  q.Add("a");
+  ASSERT_EQ(q.Get(), "a");
+  q.Add("a");
+  q.Add("a");
+  EXPECT_EQ(q.Len(), 0u) << "must not be handed to a second worker";
+  EXPECT_EQ(q.GetUntil(Clock::now() + 20ms), std::nullopt);
+  q.Done("a");
+  EXPECT_EQ(q.Len(), 1u);
+  EXPECT_EQ(q.Get(), "a");
+  q.Done("a");
+  EXPECT_EQ(q.Len(), 0u) << "not re-added: done for good";
+}
+
+TEST(K8sWorkQueueTest, ShutDownDrainsThenReleasesBlockedWorkers) {
+  WorkQueue q;
+  q.Add("x");
+  q.ShutDown();
+  q.Add("y");  // ignored
+  EXPECT_TRUE(q.ShuttingDown());
+  EXPECT_EQ(q.Get(), "x");
+  EXPECT_EQ(q.Get(), std::nullopt);
+
+  WorkQueue q2;
+  std::optional<std::string> got = "unset";
+  std::thread worker([&] { got = q2.Get(); });
+  q2.ShutDown();
+  worker.join();
+  EXPECT_EQ(got, std::nullopt);
+}
+
+TEST(K8sWorkQueueTest, AddAfterHoldsTheItemUntilItsTime) {
+  WorkQueue q;
+  auto start = Clock::now();
+  q.AddAfter("late", 60ms);
+  EXPECT_EQ(q.Len(), 0u);
+  EXPECT_EQ(q.GetUntil(start + 10ms), std::nullopt);
+  EXPECT_EQ(q.GetUntil(start + 10s), "late");
+  EXPECT_GE(Clock::now() - start, 60ms);
+  q.Done("late");
+
+  // Several delays for one item: the earliest wins, and it is queued once.
+  q.AddAfter("x", 1h);
+  q.AddAfter("x", 1ms);
+  EXPECT_EQ(q.GetUntil(Clock::now() + 10s), "x");
+  q.Done("x");
+  EXPECT_EQ(q.GetUntil(Clock::now() + 20ms), std::nullopt);
+
+  // A zero delay is an Add.
+  q.AddAfter("now", 0ms);
+  EXPECT_EQ(q.Len(), 1u);
+}
+
+TEST(K8sWorkQueueTest, AddAfterWakesAWorkerAlreadyWaiting) {
+  WorkQueue q;
+  std::optional<std::string> got;
+  std::thread worker([&] { got = q.GetUntil(Clock::now() + 10s); });
+  q.AddAfter("z", 5ms);
+  worker.join();
+  EXPECT_EQ(got, "z");
+}
+
+TEST(K8sWorkQueueRateLimiterTest, PerItemBackoffDoublesUpToTheCapAndForgetResets) {
+  WorkQueueRateLimiter limiter(NoBucket());
+  const std::chrono::nanoseconds expected[] = {5ms, 10ms, 20ms, 40ms, 80ms, 160ms, 320ms};
+  for (auto want : expected)
+    EXPECT_EQ(limiter.When("a"), want);
+  EXPECT_EQ(limiter.NumRequeues("a"), 7);
+  EXPECT_EQ(limiter.When("b"), 5ms) << "items back off independently";
+  for (int i = 0; i < 100; ++i)
+    limiter.When("a");
+  EXPECT_EQ(limiter.When("a"), 1000s) << "capped, and no overflow after many failures";
+  limiter.Forget("a");
+  EXPECT_EQ(limiter.NumRequeues("a"), 0);
+  EXPECT_EQ(limiter.When("a"), 5ms);
+}
+
+TEST(K8sWorkQueueRateLimiterTest, OverallBucketLimitsAllItemsTogether) {
+  WorkQueueRateLimiter::Options o;
+  o.qps = 1;
+  o.burst = 2;
+  WorkQueueRateLimiter limiter(o);
+  EXPECT_EQ(limiter.When("a"), 5ms);
+  EXPECT_EQ(limiter.When("b"), 5ms);
+  EXPECT_GT(limiter.When("c"), 500ms) << "third item within a second waits for the bucket";
+}
+
+TEST(K8sWorkQueueTest, AddRateLimitedCountsRequeuesAndForgetClearsThem) {
+  WorkQueue q(NoBucket());
+  q.AddRateLimited("k");
+  EXPECT_EQ(q.NumRequeues("k"), 1);
+  ASSERT_EQ(q.GetUntil(Clock::now() + 10s), "k");
+  q.Done("k");
+  q.AddRateLimited("k");
+  EXPECT_EQ(q.NumRequeues("k"), 2);
+  ASSERT_EQ(q.GetUntil(Clock::now() + 10s), "k");
+  q.Forget("k");
+  q.Done("k");
+  EXPECT_EQ(q.NumRequeues("k"), 0);
+}
+
+// Many producers re-add a few keys while several workers process them. Invariants: a key is
+// never processed by two workers at once, and every key's final Add is followed by a
+// processing that saw it.
+TEST(K8sWorkQueueTest, ConcurrentWorkersNeverShareAKeyAndSeeEveryLastAdd) {
+  constexpr int kKeys = 8, kWorkers = 4, kProducers = 3, kAddsPerProducer = 2000;
+  WorkQueue q;
+  std::mutex mu;
+  std::map<std::string, int> added;      // number of adds per key so far
+  std::map<std::string, int> processed;  // adds seen by the latest processing
+  std::map<std::string, int> in_flight;
+  bool overlap = false;
+
+  std::vector<std::thread> workers;
+  for (int w = 0; w < kWorkers; ++w) {
+    workers.emplace_back([&] {
+      while (auto key = q.Get()) {
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          if (++in_flight[*key] > 1)
+            overlap = true;
+          processed[*key] = added[*key];  // everything added so far is seen by this pass
+        }
+        std::this_thread::yield();
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          --in_flight[*key];
+        }
+        q.Done(*key);
+      }
+    });
+  }
+  std::vector<std::thread> producers;
+  for (int p = 0; p < kProducers; ++p) {
+    producers.emplace_back([&, p] {
+      for (int i = 0; i < kAddsPerProducer; ++i) {
+        std::string key = "k" + std::to_string((i * 7 + p) % kKeys);
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          ++added[key];
+        }
+        q.Add(key);
+      }
+    });
+  }
+  for (auto& t : producers)
+    t.join();
+  // Wait (with a deadline) until every key has been processed after its last add.
+  auto deadline = Clock::now() + 30s;
+  while (Clock::now() < deadline) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (processed == added)
+      break;
+  }
+  q.ShutDown();
+  for (auto& t : workers)
+    t.join();
+  EXPECT_FALSE(overlap);
+  EXPECT_EQ(processed, added);
+  EXPECT_EQ(added.size(), static_cast<size_t>(kKeys));
+}
+
+}  // namespace
+}  // namespace tessera::k8s
