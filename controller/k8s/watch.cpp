@@ -87,7 +87,7 @@ void Reflector::Run(Cancellation& stop) {
                                .value("resourceVersion", resource_version_);
           if (!rv.empty())
             resource_version_ = rv;
-          if (event.type != "BOOKMARK" && sink_.event)
+          if (sink_.event)
             sink_.event(event);
           return !stop.IsCancelled();
         },

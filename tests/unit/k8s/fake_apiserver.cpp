@@ -267,7 +267,7 @@ Result<HttpResponse> FakeApiServer::Stream(const HttpRequest& request,
   size_t next = 0;
   while (!cancel.IsCancelled() && generation == close_generation_) {
     bool stop = false;
-    for (; next < history_.size(); ++next) {
+    for (; !held_ && next < history_.size(); ++next) {
       const Change& c = history_[next];
       if (c.rv <= from)
         continue;
@@ -290,7 +290,8 @@ Result<HttpResponse> FakeApiServer::Stream(const HttpRequest& request,
     if (stop)
       break;
     cv_.wait(lock, [&] {
-      return cancel.IsCancelled() || generation != close_generation_ || next < history_.size();
+      return cancel.IsCancelled() || generation != close_generation_ ||
+             (!held_ && next < history_.size());
     });
   }
   --open_watches_;
@@ -310,6 +311,12 @@ void FakeApiServer::FailNext(const std::string& method, int count, int status) {
 void FakeApiServer::Compact() {
   std::lock_guard<std::mutex> lock(mu_);
   compacted_ = rv_;  // running watches keep going, as with etcd compaction
+}
+
+void FakeApiServer::HoldWatches(bool hold) {
+  std::lock_guard<std::mutex> lock(mu_);
+  held_ = hold;
+  cv_.notify_all();
 }
 
 void FakeApiServer::CloseWatches() {

@@ -30,6 +30,8 @@ class FakeApiServer : public HttpTransport {
   // Forgets the watch history up to now: a watch from an older resourceVersion gets an
   // ERROR event with 410 Expired (as the real server does).
   void Compact();
+  // While held, open watches deliver nothing (events queue up), as a stalled connection.
+  void HoldWatches(bool hold);
   // Ends every open watch stream (as a server restart or timeout would).
   void CloseWatches();
   // Sends a BOOKMARK with the current resourceVersion to every open watch.
@@ -69,6 +71,7 @@ class FakeApiServer : public HttpTransport {
   int64_t uid_ = 0;
   uint64_t close_generation_ = 0;
   int open_watches_ = 0;
+  bool held_ = false;
   std::map<std::string, std::map<std::string, Json>> store_;  // collection -> "ns/name" -> obj
   std::vector<Change> history_;
   std::deque<std::pair<std::string, int>> failures_;  // (method, status)

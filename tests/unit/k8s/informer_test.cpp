@@ -1,0 +1,273 @@
+// Reflector and informer against the in-memory API server: sync, handlers, indexes,
+// bookmarks, resuming a closed watch, relisting after 410 Gone, back-off after failures.
+#include "controller/k8s/informer.h"
+
+#include <gtest/gtest.h>
+
+#include "tests/unit/k8s/fake_apiserver.h"
+
+namespace tessera::k8s {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::FakeApiServer;
+
+// Collects handler calls as strings ("add a", "update a", "delete a"); waits on a condition
+// variable for a given call.
+class Journal {
+ public:
+  InformerHandlers Handlers() {
+    return {[this](const ObjectPtr& o) { Push("add " + Name(*o)); },
+            [this](const ObjectPtr&, const ObjectPtr& o) { Push("update " + Name(*o)); },
+            [this](const ObjectPtr& o) { Push("delete " + Name(*o)); }};
+  }
+  // True once `entry` has been recorded (within 10 s).
+  bool WaitFor(const std::string& entry) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, 10s, [&] {
+      return std::find(entries_.begin(), entries_.end(), entry) != entries_.end();
+    });
+  }
+  std::vector<std::string> Entries() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return entries_;
+  }
+
+ private:
+  static std::string Name(const Json& o) { return o["metadata"]["name"].get<std::string>(); }
+  void Push(std::string s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    entries_.push_back(std::move(s));
+    cv_.notify_all();
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::string> entries_;
+};
+
+// Waits until `pred` holds, up to 10 s.
+template <typename Pred>
+bool Eventually(Pred pred) {
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred())
+      return true;
+    std::this_thread::yield();
+  }
+  return pred();
+}
+
+class K8sInformerTest : public ::testing::Test {
+ protected:
+  K8sInformerTest() : client_(server_, ClientConfig{}, Unlimited()) {}
+  static RestOptions Unlimited() {
+    RestOptions o;
+    o.qps = 0;
+    return o;
+  }
+  Json Pod(const std::string& name, const std::string& job, const std::string& owner_uid) {
+    return {{"metadata",
+             {{"name", name},
+              {"labels", {{"job", job}}},
+              {"ownerReferences", Json::array({{{"uid", owner_uid}, {"kind", "TrainingJob"}}})}}}};
+  }
+  InformerOptions FastBackoff() {
+    InformerOptions o;
+    o.reflector.backoff.initial = 1ms;
+    o.reflector.backoff.max = 5ms;
+    return o;
+  }
+  FakeApiServer server_;
+  RestClient client_;
+};
+
+TEST_F(K8sInformerTest, SyncsThenFollowsAddsUpdatesAndDeletes) {
+  ASSERT_TRUE(client_.Create(Pods("ns"), Pod("p0", "a", "u1")).ok());
+  Informer informer(client_, Pods("ns"), FastBackoff());
+  Journal journal;
+  informer.AddHandlers(journal.Handlers());
+  EXPECT_FALSE(informer.HasSynced());
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(10s));
+  EXPECT_EQ(journal.Entries(), std::vector<std::string>{"add p0"}) << "add ran before synced";
+  ASSERT_TRUE(server_.WaitForWatches(1, 10s));
+
+  ASSERT_TRUE(client_.Create(Pods("ns"), Pod("p1", "a", "u1")).ok());
+  ASSERT_TRUE(journal.WaitFor("add p1"));
+  ASSERT_TRUE(
+      client_.Patch(Pods("ns").Named("p1"), PatchType::kMerge, {{"spec", {{"x", 1}}}}).ok());
+  ASSERT_TRUE(journal.WaitFor("update p1"));
+  EXPECT_EQ((*informer.Get("ns/p1"))["spec"]["x"], 1);
+  ASSERT_TRUE(client_.Delete(Pods("ns").Named("p0")).ok());
+  ASSERT_TRUE(journal.WaitFor("delete p0"));
+  EXPECT_EQ(informer.Get("ns/p0"), nullptr);
+  EXPECT_EQ(informer.List().size(), 1u);
+  informer.Stop();
+  EXPECT_EQ(server_.CountRequests("GET", "/api/v1/namespaces/ns/pods?limit="), 1u) << "one list";
+}
+
+TEST_F(K8sInformerTest, IndexesByLabelAndOwnerFollowChanges) {
+  Informer informer(client_, Pods("ns"), FastBackoff());
+  informer.AddIndex("job", IndexByLabel("job"));
+  informer.AddIndex("owner", IndexByOwnerUid());
+  Journal journal;
+  informer.AddHandlers(journal.Handlers());
+  ASSERT_TRUE(client_.Create(Pods("ns"), Pod("a0", "a", "uid-a")).ok());
+  ASSERT_TRUE(client_.Create(Pods("ns"), Pod("a1", "a", "uid-a")).ok());
+  ASSERT_TRUE(client_.Create(Pods("ns"), Pod("b0", "b", "uid-b")).ok());
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(10s));
+  EXPECT_EQ(informer.ByIndex("job", "a").size(), 2u);
+  EXPECT_EQ(informer.ByIndex("owner", "uid-b").size(), 1u);
+  EXPECT_TRUE(informer.ByIndex("job", "zzz").empty());
+  EXPECT_TRUE(informer.ByIndex("no-such-index", "a").empty());
+
+  // Relabel a1 to job b: it moves between index values.
+  ASSERT_TRUE(client_
+                  .Patch(Pods("ns").Named("a1"), PatchType::kMerge,
+                         {{"metadata", {{"labels", {{"job", "b"}}}}}})
+                  .ok());
+  ASSERT_TRUE(journal.WaitFor("update a1"));
+  EXPECT_EQ(informer.ByIndex("job", "a").size(), 1u);
+  EXPECT_EQ(informer.ByIndex("job", "b").size(), 2u);
+  ASSERT_TRUE(client_.Delete(Pods("ns").Named("b0")).ok());
+  ASSERT_TRUE(journal.WaitFor("delete b0"));
+  EXPECT_TRUE(informer.ByIndex("owner", "uid-b").empty());
+}
+
+TEST_F(K8sInformerTest, CachedObjectsAreSharedImmutableSnapshots) {
+  ASSERT_TRUE(client_.Create(Pods("ns"), Pod("p", "a", "u")).ok());
+  Informer informer(client_, Pods("ns"), FastBackoff());
+  Journal journal;
+  informer.AddHandlers(journal.Handlers());
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(10s));
+  ObjectPtr before = informer.Get("ns/p");
+  ASSERT_TRUE(client_.Patch(Pods("ns").Named("p"), PatchType::kMerge, {{"spec", {{"v", 2}}}}).ok());
+  ASSERT_TRUE(journal.WaitFor("update p"));
+  EXPECT_FALSE(before->contains("spec")) << "a reader's snapshot never changes under it";
+  EXPECT_EQ((*informer.Get("ns/p"))["spec"]["v"], 2);
+}
+
+TEST_F(K8sInformerTest, ClosedWatchResumesFromLastVersionIncludingBookmarks) {
+  Informer informer(client_, Pods("ns"), FastBackoff());
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(10s));
+  ASSERT_TRUE(server_.WaitForWatches(1, 10s));
+  server_.Bookmark();
+  std::string rv = std::to_string(server_.ResourceVersion());
+  ASSERT_TRUE(Eventually([&] { return informer.LastResourceVersion() == rv; }));
+  server_.CloseWatches();
+  ASSERT_TRUE(Eventually([&] {
+    for (const auto& r : server_.Requests()) {
+      if (r.path.find("watch=true") != std::string::npos &&
+          r.path.find("resourceVersion=" + rv) != std::string::npos) {
+        return true;
+      }
+    }
+    return false;
+  }));
+  EXPECT_EQ(server_.CountRequests("GET", "/api/v1/namespaces/ns/pods?limit="), 1u)
+      << "a normally closed watch resumes without relisting";
+}
+
+TEST_F(K8sInformerTest, RelistsAfterGoneAndReportsWhatChangedMeanwhile) {
+  ASSERT_TRUE(client_.Create(Pods("ns"), Pod("stays", "a", "u")).ok());
+  ASSERT_TRUE(client_.Create(Pods("ns"), Pod("goes", "a", "u")).ok());
+  InformerOptions options = FastBackoff();
+  std::atomic<int> restarts{0};
+  options.reflector.on_watch_restart = [&] { ++restarts; };
+  Informer informer(client_, Pods("ns"), options);
+  Journal journal;
+  informer.AddHandlers(journal.Handlers());
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(10s));
+  ASSERT_TRUE(server_.WaitForWatches(1, 10s));
+
+  // While the watch is stalled, objects change and the history is compacted: resuming from
+  // the informer's resourceVersion gets 410 Gone, so it must list again.
+  server_.HoldWatches(true);
+  ASSERT_TRUE(client_.Delete(Pods("ns").Named("goes")).ok());
+  ASSERT_TRUE(client_.Create(Pods("ns"), Pod("new", "a", "u")).ok());
+  server_.Compact();
+  server_.CloseWatches();
+  server_.HoldWatches(false);
+
+  ASSERT_TRUE(journal.WaitFor("delete goes"));
+  ASSERT_TRUE(journal.WaitFor("add new"));
+  EXPECT_EQ(restarts.load(), 1);
+  EXPECT_EQ(server_.CountRequests("GET", "/api/v1/namespaces/ns/pods?limit="), 2u);
+  EXPECT_NE(informer.Get("ns/stays"), nullptr);
+  EXPECT_EQ(informer.Get("ns/goes"), nullptr);
+  auto entries = journal.Entries();
+  EXPECT_EQ(std::count(entries.begin(), entries.end(), "update stays"), 0)
+      << "unchanged objects are not reported again on relist";
+}
+
+TEST_F(K8sInformerTest, ReflectorBacksOffAndRetriesFailedLists) {
+  server_.FailNext("GET", 3, 500);
+  ReflectorOptions options;
+  options.backoff.initial = 1ms;
+  options.backoff.max = 4ms;
+  std::mutex mu;
+  std::condition_variable cv;
+  int errors = 0;
+  size_t listed = 0;
+  bool replaced = false;
+  ReflectorSink sink;
+  sink.replace = [&](std::vector<Json> items, const std::string&) {
+    std::lock_guard<std::mutex> lock(mu);
+    listed = items.size();
+    replaced = true;
+    cv.notify_all();
+  };
+  sink.error = [&](const ApiError& e, bool relist) {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_EQ(e.code, 500);
+    EXPECT_TRUE(relist);
+    ++errors;
+  };
+  ASSERT_TRUE(client_.Create(Pods("ns"), Pod("p", "a", "u")).ok());
+  Reflector reflector(client_, Pods("ns"), options, sink);
+  Cancellation stop;
+  std::thread runner([&] { reflector.Run(stop); });
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, 10s, [&] { return replaced; }));
+    EXPECT_EQ(errors, 3);
+    EXPECT_EQ(listed, 1u);
+  }
+  stop.Cancel();
+  runner.join();
+}
+
+TEST(K8sBackoffTest, DoublesWithJitterUpToTheMaximum) {
+  Backoff::Options o;
+  o.initial = 100ms;
+  o.max = 1000ms;
+  o.jitter = 0;
+  Backoff exact(o);
+  const std::chrono::milliseconds want[] = {100ms, 200ms, 400ms, 800ms, 1000ms, 1000ms};
+  for (auto w : want)
+    EXPECT_EQ(exact.Next(), w);
+  exact.Reset();
+  EXPECT_EQ(exact.Next(), 100ms);
+
+  o.jitter = 0.5;
+  Backoff jittered(o);
+  bool varied = false;
+  std::chrono::milliseconds first = jittered.Next();
+  EXPECT_GE(first, 100ms);
+  EXPECT_LE(first, 150ms);
+  for (int i = 0; i < 50; ++i) {
+    jittered.Reset();
+    auto d = jittered.Next();
+    EXPECT_GE(d, 100ms);
+    EXPECT_LE(d, 150ms);
+    varied |= d != first;
+  }
+  EXPECT_TRUE(varied) << "jitter spreads retries";
+}
+
+}  // namespace
+}  // namespace tessera::k8s
