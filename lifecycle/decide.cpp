@@ -252,14 +252,13 @@ class Decider {
   // attempt's creation, or the whole gang is released and retried; without it, only workers
   // that still do not exist by then count as lost.
   std::optional<Failure> StartupTimeout() const {
-    if (status().phase != Phase::kStarting || !status().attempt_start_time ||
-        !policy_.startup_timeout_seconds ||
-        now_ < *status().attempt_start_time + seconds(*policy_.startup_timeout_seconds)) {
+    const std::optional<int64_t> timeout = Enabled(policy_.startup_timeout_seconds);
+    if (status().phase != Phase::kStarting || !status().attempt_start_time || !timeout ||
+        now_ < *status().attempt_start_time + seconds(*timeout)) {
       return std::nullopt;
     }
-    const std::string after = std::to_string(*policy_.startup_timeout_seconds) +
-                              "s after attempt " + std::to_string(status().attempt) +
-                              " was created";
+    const std::string after = std::to_string(*timeout) + "s after attempt " +
+                              std::to_string(status().attempt) + " was created";
     if (policy_.gang) {
       const std::vector<int64_t> waiting = IndicesNotStarted();
       if (!waiting.empty()) {
@@ -282,14 +281,13 @@ class Decider {
   // in this attempt, so a trainer that never reports progress is never restarted for it.
   std::optional<Failure> ProgressStalled() const {
     const std::optional<ProgressMark>& mark = status().progress;
-    if (status().phase != Phase::kRunning || !policy_.progress_deadline_seconds || !mark ||
-        mark->attempt != status().attempt ||
-        now_ < mark->updated_at + seconds(*policy_.progress_deadline_seconds)) {
+    const std::optional<int64_t> deadline = Enabled(policy_.progress_deadline_seconds);
+    if (status().phase != Phase::kRunning || !deadline || !mark ||
+        mark->attempt != status().attempt || now_ < mark->updated_at + seconds(*deadline)) {
       return std::nullopt;
     }
     return Failure{reason::kProgressDeadlineExceeded,
-                   "no new training step for " +
-                       std::to_string(*policy_.progress_deadline_seconds) + "s (last step " +
+                   "no new training step for " + std::to_string(*deadline) + "s (last step " +
                        std::to_string(mark->step) + ")",
                    "", 0};
   }
@@ -485,13 +483,15 @@ class Decider {
       if (policy_.active_deadline_seconds && s.start_time) {
         consider(*s.start_time + seconds(*policy_.active_deadline_seconds));
       }
-      if (s.phase == Phase::kStarting && s.attempt_start_time && policy_.startup_timeout_seconds &&
+      const std::optional<int64_t> startup = Enabled(policy_.startup_timeout_seconds);
+      if (s.phase == Phase::kStarting && s.attempt_start_time && startup &&
           (policy_.gang || !MissingIndices().empty())) {
-        consider(*s.attempt_start_time + seconds(*policy_.startup_timeout_seconds));
+        consider(*s.attempt_start_time + seconds(*startup));
       }
-      if (s.phase == Phase::kRunning && policy_.progress_deadline_seconds && s.progress &&
+      const std::optional<int64_t> progress = Enabled(policy_.progress_deadline_seconds);
+      if (s.phase == Phase::kRunning && progress && s.progress &&
           s.progress->attempt == s.attempt) {
-        consider(s.progress->updated_at + seconds(*policy_.progress_deadline_seconds));
+        consider(s.progress->updated_at + seconds(*progress));
       }
     }
     if (due) {
@@ -500,6 +500,14 @@ class Decider {
   }
 
   // --- Helpers. -------------------------------------------------------------------------------
+
+  // A timeout that is absent or not positive is off.
+  static std::optional<int64_t> Enabled(const std::optional<int64_t>& timeout_seconds) {
+    if (timeout_seconds && *timeout_seconds > 0) {
+      return timeout_seconds;
+    }
+    return std::nullopt;
+  }
 
   bool InRange(const Worker& worker) const {
     return worker.index >= 0 && worker.index < policy_.workers;

@@ -68,6 +68,8 @@ struct Decision {
 // persist the status, and decide again from the previous one (creating an existing worker must
 // then count as done).
 //
+// Thread-safe: it reads only its arguments.
+//
 // Preconditions, not checked: at most one observed worker per index; `now` does not go back.
 // A policy with fewer than one worker, or `invalid_spec` set, fails the job (InvalidSpec).
 Decision Decide(const Policy& policy, const Status& previous, const Observation& observed,

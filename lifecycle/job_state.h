@@ -30,14 +30,13 @@ struct Policy {
   int64_t backoff_limit = 3;                         // gang restarts before the job fails
   std::vector<int64_t> permanent_exit_codes = {2};   // fail the job at once
   std::optional<int64_t> active_deadline_seconds{};  // from startTime; absent: no deadline
-  // No new training step for this long while Running restarts the gang; absent: off (the
-  // api's `0` maps to absent).
+  // No new training step for this long while Running restarts the gang; absent or 0: off.
   std::optional<int64_t> progress_deadline_seconds = 600;
   std::optional<int64_t> ttl_seconds_after_finished{};  // absent: the job is kept
   CleanPodPolicy clean_pod_policy = CleanPodPolicy::kRunning;
   bool suspend = false;
   bool gang = true;                                      // scheduling.gang
-  std::optional<int64_t> startup_timeout_seconds = 300;  // scheduling.startupTimeoutSeconds
+  std::optional<int64_t> startup_timeout_seconds = 300;  // absent or 0: off
   int64_t generation = 0;                                // metadata.generation
   // Set when the spec failed validation after it reached the server (an older CRD): the job
   // fails at once with reason InvalidSpec and this message.
@@ -64,7 +63,7 @@ struct Worker {
   std::string name{};     // for messages and lastFailure.worker; empty: "worker-<index>"
 };
 
-// What the caller observed since the last decision.
+// What the caller observes now.
 struct Observation {
   std::vector<Worker> workers{};  // every worker of the job, of any attempt
   // The latest training step worker 0 reported (its /progress), with the attempt of the
