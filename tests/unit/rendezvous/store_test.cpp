@@ -1,0 +1,320 @@
+// The store with an in-process server and clients on loopback: semantics of each call,
+// deadlines, authentication, wills, connection retry and malformed input.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <future>
+#include <thread>
+
+#include "worker/rendezvous/socket_io.h"
+#include "worker/rendezvous/store_client.h"
+#include "worker/rendezvous/store_server.h"
+
+namespace tessera::rendezvous {
+namespace {
+
+using namespace std::chrono_literals;
+
+class StoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    StoreServerOptions o;
+    o.host = "127.0.0.1";
+    o.port = 0;
+    o.token = "right-token";
+    server_ = StoreServer::Start(o);
+  }
+  StoreClientOptions ClientOptions(std::string token = "right-token") {
+    StoreClientOptions o;
+    o.host = "127.0.0.1";
+    o.port = server_->port();
+    o.token = std::move(token);
+    o.connect_timeout = 5s;
+    o.timeout = 5s;
+    return o;
+  }
+  std::unique_ptr<StoreClient> Client() { return std::make_unique<StoreClient>(ClientOptions()); }
+
+  std::unique_ptr<StoreServer> server_;
+};
+
+TEST_F(StoreTest, SetGetTryGetDelete) {
+  auto c = Client();
+  EXPECT_EQ(c->TryGet("k"), std::nullopt);
+  c->Set("k", std::string("v\0x", 3));
+  EXPECT_EQ(c->Get("k"), std::string("v\0x", 3));
+  EXPECT_TRUE(c->Delete("k"));
+  EXPECT_FALSE(c->Delete("k"));
+  EXPECT_EQ(c->TryGet("k"), std::nullopt);
+}
+
+TEST_F(StoreTest, GetWaitsForAKeySetByAnotherClient) {
+  auto reader = Client();
+  auto value = std::async(std::launch::async, [&] { return reader->Get("late", 5s); });
+  Client()->Set("late", "here");
+  EXPECT_EQ(value.get(), "here");
+}
+
+TEST_F(StoreTest, WaitTimesOutNamingTheMissingKeys) {
+  auto c = Client();
+  c->Set("present", "1");
+  try {
+    c->Wait({"present", "absent/1"}, 100ms);
+    FAIL() << "wait returned";
+  } catch (const StoreTimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find("absent/1"), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find("present,"), std::string::npos) << e.what();
+  }
+  // The connection is still usable after a server-side timeout.
+  EXPECT_EQ(c->Get("present"), "1");
+}
+
+TEST_F(StoreTest, AddIsAtomicAcrossClients) {
+  constexpr int kThreads = 4, kAdds = 100;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      auto c = Client();
+      for (int i = 0; i < kAdds; ++i)
+        c->Add("counter", 1);
+    });
+  }
+  for (auto& t : threads)
+    t.join();
+  auto c = Client();
+  EXPECT_EQ(c->Add("counter", 0), kThreads * kAdds);
+  EXPECT_EQ(c->Add("counter", -400), 0);
+  c->Set("text", "abc");
+  EXPECT_THROW(c->Add("text", 1), StoreError);
+}
+
+TEST_F(StoreTest, CompareSetTable) {
+  auto c = Client();
+  struct Case {
+    std::optional<std::string> expected;
+    std::string desired;
+    bool swapped;
+    std::optional<std::string> after;
+  };
+  const std::vector<Case> cases = {
+      {std::nullopt, "a", true, "a"},       // absent, expected absent
+      {std::nullopt, "b", false, "a"},      // present, expected absent
+      {std::string("x"), "b", false, "a"},  // wrong expectation
+      {std::string("a"), "b", true, "b"},   // right expectation
+      {std::string(""), "c", false, "b"},   // empty is not absent
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    std::optional<std::string> current;
+    EXPECT_EQ(c->CompareSet("cas", cases[i].expected, cases[i].desired, &current), cases[i].swapped)
+        << "case " << i;
+    if (!cases[i].swapped) {
+      EXPECT_EQ(current, cases[i].after) << "case " << i;
+    }
+    EXPECT_EQ(c->TryGet("cas"), cases[i].after) << "case " << i;
+  }
+  std::optional<std::string> current = "sentinel";
+  EXPECT_FALSE(c->CompareSet("never-set", std::string("x"), "y", &current));
+  EXPECT_EQ(current, std::nullopt);
+}
+
+TEST_F(StoreTest, ListReturnsSortedKeysWithThePrefix) {
+  auto c = Client();
+  for (const char* k : {"pg/b", "pg/a", "pgx", "other", "pg/c/d"})
+    c->Set(k, "1");
+  EXPECT_EQ(c->List("pg/"), (std::vector<std::string>{"pg/a", "pg/b", "pg/c/d"}));
+  EXPECT_EQ(c->List("none/"), std::vector<std::string>{});
+  EXPECT_EQ(c->List("").size(), 5u);
+}
+
+TEST_F(StoreTest, WrongTokenIsRefusedAndCounted) {
+  try {
+    StoreClient bad(ClientOptions("wrong"));
+    FAIL() << "connected with a wrong token";
+  } catch (const StoreAuthError& e) {
+    EXPECT_NE(std::string(e.what()).find("wrong token"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("TESSERA_RDZV_TOKEN"), std::string::npos);
+  }
+  EXPECT_EQ(server_->refused_clients(), 1u);
+  EXPECT_EQ(Client()->Add("ok", 1), 1);  // the server still serves good clients
+}
+
+TEST_F(StoreTest, WillsApplyOnUncleanDisconnectOnly) {
+  {
+    auto crashed = Client();
+    crashed->AddWill("lost/1", "1");
+  }  // closes without ClearWills, as a killed process would
+  auto c = Client();
+  EXPECT_EQ(c->Get("lost/1", 5s), "1");
+  {
+    auto clean = Client();
+    clean->AddWill("lost/2", "2");
+    clean->ClearWills();
+  }
+  c.reset();
+  ASSERT_TRUE(server_->WaitForClientsToLeave(5s));
+  EXPECT_EQ(Client()->TryGet("lost/2"), std::nullopt);
+}
+
+TEST_F(StoreTest, BarrierReleasesEveryoneOnlyWhenAllArrived) {
+  constexpr int kSize = 5;
+  std::atomic<int> released{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kSize; ++i) {
+    threads.emplace_back([&] {
+      auto c = Client();
+      StoreBarrier(*c, "b0", kSize, 5s);
+      released++;
+    });
+  }
+  for (auto& t : threads)
+    t.join();
+  EXPECT_EQ(released.load(), kSize);
+  auto c = Client();
+  try {
+    StoreBarrier(*c, "b1", 2, 100ms);
+    FAIL() << "a barrier of 2 released with one participant";
+  } catch (const StoreTimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find("1 of 2"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(StoreTest, InterruptBreaksABlockedWait) {
+  auto c = Client();
+  auto waiting = std::async(std::launch::async, [&] { c->Wait({"never"}, 60s); });
+  // Interrupt must work whether or not the wait already reached the server.
+  c->Interrupt();
+  EXPECT_THROW(waiting.get(), StoreConnectionError);
+}
+
+int RawConnect(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  return fd;
+}
+
+TEST_F(StoreTest, MalformedFramesDropTheClientButNotTheServer) {
+  const auto deadline = io::Clock::now() + 5s;
+  const std::vector<std::vector<uint8_t>> garbage = {
+      {0xff, 0xff, 0xff, 0xff},  // header over the size limit
+      {3, 0, 0, 0, 42, 0, 0},    // unknown request type
+      {1, 0, 0, 0, 2},           // set without anything
+  };
+  for (const auto& bytes : garbage) {
+    const int fd = RawConnect(server_->port());
+    // Authenticate properly first, then send garbage.
+    std::vector<uint8_t> auth;
+    EncodeRequest({RequestType::kAuth, {}, "right-token", std::nullopt, 0}, auth);
+    ASSERT_EQ(io::SendAll(fd, auth.data(), auth.size(), deadline), io::IoResult::kOk);
+    ASSERT_EQ(io::SendAll(fd, bytes.data(), bytes.size(), deadline), io::IoResult::kOk);
+    // Read until the server closes the connection; the last frame is a bad-request reply.
+    std::vector<uint8_t> in;
+    uint8_t buf[256];
+    for (;;) {
+      const ssize_t k = ::recv(fd, buf, sizeof(buf), 0);
+      if (k <= 0)
+        break;
+      in.insert(in.end(), buf, buf + k);
+    }
+    ::close(fd);
+    Response first, second;
+    auto r = DecodeResponse(in, first);
+    ASSERT_EQ(r.status, DecodeStatus::kOk);
+    EXPECT_EQ(first.status, Status::kOk);  // the auth reply
+    ASSERT_EQ(DecodeResponse(std::span<const uint8_t>(in).subspan(r.consumed), second).status,
+              DecodeStatus::kOk);
+    EXPECT_EQ(second.status, Status::kBadRequest);
+  }
+  // An unauthenticated client sending garbage is refused too.
+  const int fd = RawConnect(server_->port());
+  const uint8_t junk[] = {5, 0, 0, 0, 1, 2, 3, 4, 5};
+  ASSERT_EQ(io::SendAll(fd, junk, sizeof(junk), deadline), io::IoResult::kOk);
+  uint8_t b;
+  while (::recv(fd, &b, 1, 0) > 0) {
+  }
+  ::close(fd);
+  EXPECT_EQ(server_->refused_clients(), 1u);
+  EXPECT_EQ(Client()->Add("still-alive", 1), 1);
+}
+
+TEST(StoreConnect, ClientStartedBeforeTheServerWaitsForIt) {
+  // Reserve a free port, release it, and start the client before anything listens there.
+  const int probe = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  ASSERT_EQ(::bind(probe, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(::getsockname(probe, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  const int port = ntohs(a.sin_port);
+  ::close(probe);
+
+  std::promise<void> first_retry;
+  std::atomic<bool> signalled{false};
+  StoreClientOptions o;
+  o.host = "localhost";  // through DNS resolution
+  o.port = port;
+  o.token = "t";
+  o.connect_timeout = 20s;
+  o.on_retry = [&](const std::string&) {
+    if (!signalled.exchange(true))
+      first_retry.set_value();
+  };
+  auto client = std::async(std::launch::async, [&] { return std::make_unique<StoreClient>(o); });
+  first_retry.get_future().wait();  // the client has failed at least once
+
+  StoreServerOptions so;
+  so.host = "127.0.0.1";
+  so.port = port;
+  so.token = "t";
+  auto server = StoreServer::Start(so);
+  auto c = client.get();
+  c->Set("k", "v");
+  EXPECT_EQ(c->Get("k"), "v");
+}
+
+TEST(StoreConnect, UnreachableStoreTimesOutNamingTheEndpoint) {
+  StoreClientOptions o;
+  o.host = "127.0.0.1";
+  o.port = 1;  // nothing listens on port 1
+  o.connect_timeout = 200ms;
+  try {
+    StoreClient c(o);
+    FAIL() << "connected to port 1";
+  } catch (const StoreTimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find("127.0.0.1:1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("TESSERA_RDZV_ENDPOINT"), std::string::npos);
+  }
+}
+
+TEST(StoreConnect, ParseEndpointTable) {
+  struct Case {
+    const char* in;
+    std::optional<std::pair<std::string, int>> out;
+  };
+  const std::vector<Case> cases = {
+      {"job-worker-0.job.ns.svc:29500",
+       std::make_pair(std::string("job-worker-0.job.ns.svc"), 29500)},
+      {"127.0.0.1:1", std::make_pair(std::string("127.0.0.1"), 1)},
+      {"[::1]:80", std::make_pair(std::string("::1"), 80)},
+      {"host", std::nullopt},
+      {"host:", std::nullopt},
+      {":80", std::nullopt},
+      {"host:0", std::nullopt},
+      {"host:65536", std::nullopt},
+      {"host:12x", std::nullopt},
+      {"::1:80", std::nullopt},
+      {"[::1]80", std::nullopt},
+  };
+  for (const auto& c : cases)
+    EXPECT_EQ(ParseEndpoint(c.in), c.out) << c.in;
+}
+
+}  // namespace
+}  // namespace tessera::rendezvous
