@@ -1,0 +1,419 @@
+// YAML/JSON decoding and JSON encoding of TrainingJob. The shape checks come from the schema
+// (api/schema.h); this file only converts between text, JSON values and the C++ structs.
+#include "api/codec.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <charconv>
+#include <regex>
+#include <set>
+#include <stdexcept>
+
+#include "api/schema.h"
+
+namespace tessera::api {
+namespace {
+
+using nlohmann::json;
+
+class YamlError : public std::runtime_error {
+ public:
+  YamlError(const YAML::Mark& mark, const std::string& what)
+      : std::runtime_error("line " + std::to_string(mark.line + 1) + ", column " +
+                           std::to_string(mark.column + 1) + ": " + what) {}
+};
+
+// A plain (unquoted, untagged) scalar, typed as YAML 1.1 does (sigs.k8s.io/yaml in kubectl).
+json PlainScalar(const std::string& s) {
+  static const std::set<std::string> kTrue = {"true", "True", "TRUE", "yes", "Yes", "YES",
+                                              "on",   "On",   "ON",   "y",   "Y"};
+  static const std::set<std::string> kFalse = {"false", "False", "FALSE", "no", "No", "NO",
+                                               "off",   "Off",   "OFF",   "n",  "N"};
+  static const std::regex kInt("[-+]?[0-9]+");
+  static const std::regex kHex("0x[0-9a-fA-F]+");
+  static const std::regex kFloat("[-+]?(\\.[0-9]+|[0-9]+(\\.[0-9]*)?)([eE][-+]?[0-9]+)?");
+  if (kTrue.contains(s))
+    return true;
+  if (kFalse.contains(s))
+    return false;
+  if (std::regex_match(s, kInt)) {
+    int64_t v = 0;
+    const char* begin = s.data() + (s[0] == '+' ? 1 : 0);
+    auto [end, ec] = std::from_chars(begin, s.data() + s.size(), v);
+    if (ec == std::errc() && end == s.data() + s.size())
+      return v;
+    return std::stod(s);  // out of int64 range: a number, which bounds then refuse
+  }
+  if (std::regex_match(s, kHex)) {
+    int64_t v = 0;
+    auto [end, ec] = std::from_chars(s.data() + 2, s.data() + s.size(), v, 16);
+    if (ec == std::errc() && end == s.data() + s.size())
+      return v;
+  }
+  if (std::regex_match(s, kFloat))
+    return std::stod(s);
+  return s;
+}
+
+json ToJson(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Null:
+    case YAML::NodeType::Undefined:
+      return nullptr;
+    case YAML::NodeType::Scalar: {
+      const std::string& tag = node.Tag();
+      if (tag == "?")
+        return PlainScalar(node.Scalar());
+      if (tag == "tag:yaml.org,2002:int" || tag == "tag:yaml.org,2002:float" ||
+          tag == "tag:yaml.org,2002:bool") {
+        return PlainScalar(node.Scalar());
+      }
+      return node.Scalar();  // quoted ("!") or tagged as a string
+    }
+    case YAML::NodeType::Sequence: {
+      json out = json::array();
+      for (const auto& item : node)
+        out.push_back(ToJson(item));
+      return out;
+    }
+    case YAML::NodeType::Map: {
+      json out = json::object();
+      for (const auto& kv : node) {
+        if (!kv.first.IsScalar())
+          throw YamlError(kv.first.Mark(), "mapping keys must be strings");
+        const std::string key = kv.first.Scalar();
+        if (out.contains(key))
+          throw YamlError(kv.first.Mark(), "duplicate key \"" + key + "\"");
+        out[key] = ToJson(kv.second);
+      }
+      return out;
+    }
+  }
+  return nullptr;
+}
+
+template <typename T>
+std::optional<T> Opt(const json& obj, const char* key) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null())
+    return std::nullopt;
+  return it->get<T>();
+}
+
+template <typename T>
+void Read(const json& obj, const char* key, T& out) {
+  auto it = obj.find(key);
+  if (it != obj.end() && !it->is_null())
+    out = it->get<T>();
+}
+
+const json& Sub(const json& obj, const char* key) {
+  static const json kEmpty = json::object();
+  auto it = obj.find(key);
+  return it != obj.end() && it->is_object() ? *it : kEmpty;
+}
+
+TrainingJob FromJson(const json& j) {
+  TrainingJob job;
+  const json& m = Sub(j, "metadata");
+  Read(m, "name", job.metadata.name);
+  Read(m, "namespace", job.metadata.name_space);
+  Read(m, "uid", job.metadata.uid);
+  Read(m, "generation", job.metadata.generation);
+  Read(m, "labels", job.metadata.labels);
+  Read(m, "annotations", job.metadata.annotations);
+
+  const json& s = Sub(j, "spec");
+  auto& spec = job.spec;
+  Read(s, "workers", spec.workers);
+  Read(s, "gpusPerWorker", spec.gpus_per_worker);
+  spec.procs_per_worker = Opt<int64_t>(s, "procsPerWorker");
+  const json& p = Sub(s, "parallelism");
+  spec.parallelism.data = Opt<int64_t>(p, "data");
+  Read(p, "pipeline", spec.parallelism.pipeline);
+  Read(p, "tensor", spec.parallelism.tensor);
+  Read(p, "zeroStage", spec.parallelism.zero_stage);
+  Read(p, "microBatches", spec.parallelism.micro_batches);
+  Read(p, "schedule", spec.parallelism.schedule);
+  if (s.contains("trainer") && s["trainer"].is_object()) {
+    const json& t = s["trainer"];
+    TrainerSpec trainer;
+    const json& model = Sub(t, "model");
+    Read(model, "preset", trainer.model.preset);
+    trainer.model.layers = Opt<int64_t>(model, "layers");
+    trainer.model.d_model = Opt<int64_t>(model, "dModel");
+    trainer.model.heads = Opt<int64_t>(model, "heads");
+    trainer.model.seq_len = Opt<int64_t>(model, "seqLen");
+    trainer.model.vocab = Opt<int64_t>(model, "vocab");
+    const json& data = Sub(t, "data");
+    trainer.data.path = Opt<std::string>(data, "path");
+    Read(data, "tokenizer", trainer.data.tokenizer);
+    Read(data, "validationFraction", trainer.data.validation_fraction);
+    trainer.batch.global = Opt<int64_t>(Sub(t, "batch"), "global");
+    const json& o = Sub(t, "optimizer");
+    Read(o, "lr", trainer.optimizer.lr);
+    Read(o, "weightDecay", trainer.optimizer.weight_decay);
+    Read(o, "beta1", trainer.optimizer.beta1);
+    Read(o, "beta2", trainer.optimizer.beta2);
+    Read(o, "gradClip", trainer.optimizer.grad_clip);
+    const json& sched = Sub(t, "schedule");
+    trainer.schedule.steps = Opt<int64_t>(sched, "steps");
+    Read(sched, "warmupSteps", trainer.schedule.warmup_steps);
+    Read(sched, "decay", trainer.schedule.decay);
+    Read(t, "precision", trainer.precision);
+    Read(t, "seed", trainer.seed);
+    if (t.contains("checkpoint") && t["checkpoint"].is_object()) {
+      const json& c = t["checkpoint"];
+      CheckpointSpec checkpoint;
+      checkpoint.dir = Opt<std::string>(c, "dir");
+      Read(c, "everySteps", checkpoint.every_steps);
+      Read(c, "keep", checkpoint.keep);
+      trainer.checkpoint = checkpoint;
+    }
+    spec.trainer = trainer;
+  }
+  if (s.contains("template") && s["template"].is_object())
+    spec.pod_template = s["template"];
+  Read(s, "suspend", spec.suspend);
+  const json& r = Sub(s, "runPolicy");
+  Read(r, "backoffLimit", spec.run_policy.backoff_limit);
+  Read(r, "permanentExitCodes", spec.run_policy.permanent_exit_codes);
+  spec.run_policy.active_deadline_seconds = Opt<int64_t>(r, "activeDeadlineSeconds");
+  Read(r, "progressDeadlineSeconds", spec.run_policy.progress_deadline_seconds);
+  spec.run_policy.ttl_seconds_after_finished = Opt<int64_t>(r, "ttlSecondsAfterFinished");
+  Read(r, "cleanPodPolicy", spec.run_policy.clean_pod_policy);
+  const json& g = Sub(s, "scheduling");
+  Read(g, "gang", spec.scheduling.gang);
+  Read(g, "schedulerName", spec.scheduling.scheduler_name);
+  Read(g, "queue", spec.scheduling.queue);
+  Read(g, "priorityClassName", spec.scheduling.priority_class_name);
+  Read(g, "startupTimeoutSeconds", spec.scheduling.startup_timeout_seconds);
+  Read(Sub(s, "metrics"), "port", spec.metrics.port);
+
+  const json& st = Sub(j, "status");
+  auto& status = job.status;
+  Read(st, "phase", status.phase);
+  if (st.contains("conditions") && st["conditions"].is_array()) {
+    for (const auto& c : st["conditions"]) {
+      Condition cond;
+      Read(c, "type", cond.type);
+      Read(c, "status", cond.status);
+      Read(c, "reason", cond.reason);
+      Read(c, "message", cond.message);
+      Read(c, "lastTransitionTime", cond.last_transition_time);
+      Read(c, "observedGeneration", cond.observed_generation);
+      status.conditions.push_back(cond);
+    }
+  }
+  const json& w = Sub(st, "workers");
+  Read(w, "active", status.workers.active);
+  Read(w, "ready", status.workers.ready);
+  Read(w, "succeeded", status.workers.succeeded);
+  Read(w, "failed", status.workers.failed);
+  Read(st, "restarts", status.restarts);
+  const json& lf = Sub(st, "lastFailure");
+  Read(lf, "reason", status.last_failure.reason);
+  Read(lf, "message", status.last_failure.message);
+  Read(lf, "worker", status.last_failure.worker);
+  Read(lf, "exitCode", status.last_failure.exit_code);
+  const json& pr = Sub(st, "progress");
+  Read(pr, "step", status.progress.step);
+  Read(pr, "totalSteps", status.progress.total_steps);
+  Read(pr, "loss", status.progress.loss);
+  Read(pr, "tokensPerSecond", status.progress.tokens_per_second);
+  Read(pr, "updatedAt", status.progress.updated_at);
+  Read(st, "startTime", status.start_time);
+  Read(st, "completionTime", status.completion_time);
+  Read(st, "observedGeneration", status.observed_generation);
+  return job;
+}
+
+template <typename T>
+void PutOpt(json& obj, const char* key, const std::optional<T>& v) {
+  if (v)
+    obj[key] = *v;
+}
+
+void PutStr(json& obj, const char* key, const std::string& v) {
+  if (!v.empty())
+    obj[key] = v;
+}
+
+}  // namespace
+
+ParsedYaml ParseYaml(const std::string& text) {
+  ParsedYaml out;
+  try {
+    for (const auto& doc : YAML::LoadAll(text)) {
+      json j = ToJson(doc);
+      if (!j.is_null())
+        out.documents.push_back(std::move(j));
+    }
+  } catch (const YAML::Exception& e) {
+    out.documents.clear();
+    out.error = "line " + std::to_string(e.mark.line + 1) + ", column " +
+                std::to_string(e.mark.column + 1) + ": " + e.msg;
+  } catch (const YamlError& e) {
+    out.documents.clear();
+    out.error = e.what();
+  }
+  return out;
+}
+
+DecodeResult DecodeJson(const nlohmann::json& document) {
+  DecodeResult out;
+  json j = document;
+  ApplySchemaDefaults(j);
+  bool sound = true;
+  out.errors = CheckSchema(j, &sound);
+  if (sound)
+    out.job = FromJson(j);
+  return out;
+}
+
+DecodeResult DecodeYaml(const std::string& text) {
+  ParsedYaml parsed = ParseYaml(text);
+  if (!parsed.ok())
+    return {std::nullopt, {{"", parsed.error}}};
+  if (parsed.documents.size() != 1) {
+    return {std::nullopt,
+            {{"", "expected one YAML document, found " + std::to_string(parsed.documents.size())}}};
+  }
+  return DecodeJson(parsed.documents.front());
+}
+
+nlohmann::json EncodeStatusJson(const TrainingJobStatus& status) {
+  json st = json::object();
+  PutStr(st, "phase", status.phase);
+  if (!status.conditions.empty()) {
+    json conds = json::array();
+    for (const auto& c : status.conditions) {
+      json cj = {{"type", c.type}, {"status", c.status}};
+      PutStr(cj, "reason", c.reason);
+      PutStr(cj, "message", c.message);
+      PutStr(cj, "lastTransitionTime", c.last_transition_time);
+      if (c.observed_generation != 0)
+        cj["observedGeneration"] = c.observed_generation;
+      conds.push_back(cj);
+    }
+    st["conditions"] = conds;
+  }
+  st["workers"] = {{"active", status.workers.active},
+                   {"ready", status.workers.ready},
+                   {"succeeded", status.workers.succeeded},
+                   {"failed", status.workers.failed}};
+  st["restarts"] = status.restarts;
+  if (status.last_failure != LastFailure{}) {
+    json lf = json::object();
+    PutStr(lf, "reason", status.last_failure.reason);
+    PutStr(lf, "message", status.last_failure.message);
+    PutStr(lf, "worker", status.last_failure.worker);
+    lf["exitCode"] = status.last_failure.exit_code;
+    st["lastFailure"] = lf;
+  }
+  if (status.progress != Progress{}) {
+    json pr = {{"step", status.progress.step},
+               {"totalSteps", status.progress.total_steps},
+               {"loss", status.progress.loss},
+               {"tokensPerSecond", status.progress.tokens_per_second}};
+    PutStr(pr, "updatedAt", status.progress.updated_at);
+    st["progress"] = pr;
+  }
+  PutStr(st, "startTime", status.start_time);
+  PutStr(st, "completionTime", status.completion_time);
+  st["observedGeneration"] = status.observed_generation;
+  return st;
+}
+
+nlohmann::json EncodeJson(const TrainingJob& job) {
+  json j = {{"apiVersion", kApiVersion}, {"kind", kKind}};
+  json m = json::object();
+  PutStr(m, "name", job.metadata.name);
+  PutStr(m, "namespace", job.metadata.name_space);
+  PutStr(m, "uid", job.metadata.uid);
+  if (job.metadata.generation != 0)
+    m["generation"] = job.metadata.generation;
+  if (!job.metadata.labels.empty())
+    m["labels"] = job.metadata.labels;
+  if (!job.metadata.annotations.empty())
+    m["annotations"] = job.metadata.annotations;
+  j["metadata"] = m;
+
+  const auto& spec = job.spec;
+  json s = {{"workers", spec.workers}, {"gpusPerWorker", spec.gpus_per_worker}};
+  PutOpt(s, "procsPerWorker", spec.procs_per_worker);
+  json p = json::object();
+  PutOpt(p, "data", spec.parallelism.data);
+  p["pipeline"] = spec.parallelism.pipeline;
+  p["tensor"] = spec.parallelism.tensor;
+  p["zeroStage"] = spec.parallelism.zero_stage;
+  p["microBatches"] = spec.parallelism.micro_batches;
+  p["schedule"] = spec.parallelism.schedule;
+  s["parallelism"] = p;
+  if (spec.trainer) {
+    const auto& t = *spec.trainer;
+    json model = json::object();
+    PutStr(model, "preset", t.model.preset);
+    PutOpt(model, "layers", t.model.layers);
+    PutOpt(model, "dModel", t.model.d_model);
+    PutOpt(model, "heads", t.model.heads);
+    PutOpt(model, "seqLen", t.model.seq_len);
+    PutOpt(model, "vocab", t.model.vocab);
+    json data = json::object();
+    PutOpt(data, "path", t.data.path);
+    data["tokenizer"] = t.data.tokenizer;
+    data["validationFraction"] = t.data.validation_fraction;
+    json batch = json::object();
+    PutOpt(batch, "global", t.batch.global);
+    json sched = json::object();
+    PutOpt(sched, "steps", t.schedule.steps);
+    sched["warmupSteps"] = t.schedule.warmup_steps;
+    sched["decay"] = t.schedule.decay;
+    json tj = {{"model", model},
+               {"data", data},
+               {"batch", batch},
+               {"optimizer",
+                {{"lr", t.optimizer.lr},
+                 {"weightDecay", t.optimizer.weight_decay},
+                 {"beta1", t.optimizer.beta1},
+                 {"beta2", t.optimizer.beta2},
+                 {"gradClip", t.optimizer.grad_clip}}},
+               {"schedule", sched},
+               {"precision", t.precision},
+               {"seed", t.seed}};
+    if (t.checkpoint) {
+      json c = json::object();
+      PutOpt(c, "dir", t.checkpoint->dir);
+      c["everySteps"] = t.checkpoint->every_steps;
+      c["keep"] = t.checkpoint->keep;
+      tj["checkpoint"] = c;
+    }
+    s["trainer"] = tj;
+  }
+  if (spec.pod_template.is_object() && !spec.pod_template.empty()) {
+    s["template"] = spec.pod_template;
+  }
+  s["suspend"] = spec.suspend;
+  const auto& r = spec.run_policy;
+  json rp = {{"backoffLimit", r.backoff_limit},
+             {"permanentExitCodes", r.permanent_exit_codes},
+             {"progressDeadlineSeconds", r.progress_deadline_seconds},
+             {"cleanPodPolicy", r.clean_pod_policy}};
+  PutOpt(rp, "activeDeadlineSeconds", r.active_deadline_seconds);
+  PutOpt(rp, "ttlSecondsAfterFinished", r.ttl_seconds_after_finished);
+  s["runPolicy"] = rp;
+  const auto& g = spec.scheduling;
+  s["scheduling"] = {{"gang", g.gang},
+                     {"schedulerName", g.scheduler_name},
+                     {"queue", g.queue},
+                     {"priorityClassName", g.priority_class_name},
+                     {"startupTimeoutSeconds", g.startup_timeout_seconds}};
+  s["metrics"] = {{"port", spec.metrics.port}};
+  j["spec"] = s;
+
+  if (job.status != TrainingJobStatus{})
+    j["status"] = EncodeStatusJson(job.status);
+  return j;
+}
+
+}  // namespace tessera::api

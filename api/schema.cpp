@@ -1,0 +1,778 @@
+// The TrainingJob field tree (written once, here) and the generic walkers over it: structural
+// and value checks, and schema defaulting, with the apiserver's semantics.
+#include "api/schema.h"
+
+#include <cmath>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "api/rules.h"
+
+namespace tessera::api {
+namespace {
+
+using nlohmann::json;
+
+// A small builder so the tree below reads as a table.
+class Def {
+ public:
+  Def(std::string name, FieldType type, std::string description) {
+    f_.name = std::move(name);
+    f_.type = type;
+    f_.description = std::move(description);
+  }
+  Def& Default(json v) {
+    f_.default_value = std::move(v);
+    return *this;
+  }
+  Def& Computed(std::string doc) {
+    f_.computed_default = std::move(doc);
+    return *this;
+  }
+  Def& Enum(std::vector<json> values) {
+    f_.enum_values = std::move(values);
+    return *this;
+  }
+  Def& Min(double v) {
+    f_.minimum = v;
+    return *this;
+  }
+  Def& Max(double v) {
+    f_.maximum = v;
+    return *this;
+  }
+  Def& Length(std::optional<int64_t> min, int64_t max) {
+    f_.min_length = min;
+    f_.max_length = max;
+    return *this;
+  }
+  Def& MaxItems(int64_t n) {
+    f_.max_items = n;
+    return *this;
+  }
+  Def& MaxProperties(int64_t n) {
+    f_.max_properties = n;
+    return *this;
+  }
+  Def& Format(std::string v) {
+    f_.format = std::move(v);
+    return *this;
+  }
+  Def& Pattern(std::string v) {
+    f_.pattern = std::move(v);
+    return *this;
+  }
+  Def& Required() {
+    f_.required = true;
+    return *this;
+  }
+  Def& Nullable() {
+    f_.nullable = true;
+    return *this;
+  }
+  Def& PreserveUnknown() {
+    f_.preserve_unknown = true;
+    return *this;
+  }
+  Def& ServerOpen() {
+    f_.server_schema_open = true;
+    return *this;
+  }
+  Def& ListType(std::string type, std::vector<std::string> keys = {}) {
+    f_.list_type = std::move(type);
+    f_.list_map_keys = std::move(keys);
+    return *this;
+  }
+  Def& Props(std::vector<FieldSchema> props) {
+    f_.properties = std::move(props);
+    return *this;
+  }
+  Def& Items(FieldSchema item) {
+    f_.items = {std::move(item)};
+    return *this;
+  }
+  Def& Rules(std::vector<CrossFieldRule> rules) {
+    f_.rules = std::move(rules);
+    return *this;
+  }
+  operator FieldSchema() const { return f_; }
+
+ private:
+  FieldSchema f_;
+};
+
+using T = FieldType;
+
+constexpr int64_t kMaxString = 253;  // names, queues, classes: a DNS subdomain at most
+constexpr int64_t kMaxPath = 4096;
+constexpr int64_t kMaxMessage = 32768;
+
+FieldSchema ModelDef() {
+  std::vector<json> presets;
+  for (const auto& p : ModelPresets())
+    presets.push_back(p.name);
+  return Def("model", T::kObject,
+             "The GPT model shape: a preset, or layers, dModel, heads and seqLen. Fields given "
+             "next to a preset override it.")
+      .Required()
+      .Props({
+          Def("preset", T::kString,
+              "A named shape that fills the fields not given: gpt2-124m (12 layers, dModel 768, "
+              "12 heads, seqLen 1024, vocab 50257) or gpt2-350m (24 layers, dModel 1024, 16 "
+              "heads, seqLen 1024, vocab 50257).")
+              .Enum(presets),
+          Def("layers", T::kInteger, "Transformer blocks.").Min(1).Max(1024).Computed("preset"),
+          Def("dModel", T::kInteger, "Width of the residual stream (embedding size).")
+              .Min(1)
+              .Max(65536)
+              .Computed("preset"),
+          Def("heads", T::kInteger, "Attention heads per block; divides dModel.")
+              .Min(1)
+              .Max(1024)
+              .Computed("preset"),
+          Def("seqLen", T::kInteger, "Context length in tokens (sequence length of a sample).")
+              .Min(1)
+              .Max(131072)
+              .Computed("preset"),
+          Def("vocab", T::kInteger, "Vocabulary size (rows of the token embedding).")
+              .Min(2)
+              .Max(1048576)
+              .Computed("the preset's, else 256"),
+      })
+      .Rules(ModelRules());
+}
+
+FieldSchema TrainerDef() {
+  return Def("trainer", T::kObject,
+             "The built-in GPT trainer. Omit it to run your own command from the pod template "
+             "instead (exactly one of the two).")
+      .Props({
+          ModelDef(),
+          Def("data", T::kObject, "The training text and how it is tokenized.")
+              .Required()
+              .Props({
+                  Def("path", T::kString,
+                      "File of training data as seen by the worker (a mounted volume in a "
+                      "cluster; relative to the working directory in local mode).")
+                      .Required()
+                      .Length(1, kMaxPath),
+                  Def("tokenizer", T::kString,
+                      "byte: every byte is a token (vocab >= 256); uint16: a pre-tokenized file "
+                      "of little-endian 16-bit token ids.")
+                      .Default("byte")
+                      .Enum({"byte", "uint16"}),
+                  Def("validationFraction", T::kNumber,
+                      "Fraction of the file, taken from its end, held out for validation loss.")
+                      .Default(0.1)
+                      .Min(0)
+                      .Max(0.5),
+              }),
+          Def("batch", T::kObject, "Batch size.")
+              .Required()
+              .Props({
+                  Def("global", T::kInteger,
+                      "Sequences per optimizer step over all data-parallel ranks; divisible by "
+                      "data × microBatches.")
+                      .Required()
+                      .Min(1)
+                      .Max(1048576),
+              }),
+          Def("optimizer", T::kObject, "AdamW hyperparameters.")
+              .Default(json::object())
+              .Props({
+                  Def("lr", T::kNumber, "Peak learning rate.").Default(3.0e-4).Min(0).Max(10),
+                  Def("weightDecay", T::kNumber, "Decoupled weight decay (AdamW).")
+                      .Default(0.1)
+                      .Min(0)
+                      .Max(1),
+                  Def("beta1", T::kNumber, "First-moment decay.").Default(0.9).Min(0).Max(0.9999),
+                  Def("beta2", T::kNumber, "Second-moment decay.")
+                      .Default(0.95)
+                      .Min(0)
+                      .Max(0.99999),
+                  Def("gradClip", T::kNumber,
+                      "Clip the global gradient norm to this value; 0 disables clipping.")
+                      .Default(1.0)
+                      .Min(0)
+                      .Max(1000),
+              }),
+          Def("schedule", T::kObject, "Training length and learning-rate schedule.")
+              .Required()
+              .Props({
+                  Def("steps", T::kInteger, "Optimizer steps to train.").Required().Min(1).Max(1e9),
+                  Def("warmupSteps", T::kInteger,
+                      "Steps of linear warm-up from 0 to lr; at most steps.")
+                      .Default(0)
+                      .Min(0)
+                      .Max(1e9),
+                  Def("decay", T::kString,
+                      "Learning-rate decay after warm-up: cosine, linear (both to 10% of lr at "
+                      "the last step) or constant.")
+                      .Default("cosine")
+                      .Enum({"cosine", "linear", "constant"}),
+              })
+              .Rules(LrScheduleRules()),
+          Def("precision", T::kString,
+              "Arithmetic of forward and backward: fp32, or bf16 with fp32 master weights "
+              "(GPU only).")
+              .Default("fp32")
+              .Enum({"fp32", "bf16"}),
+          Def("seed", T::kInteger, "Seed of parameter initialization and data order.")
+              .Default(1337)
+              .Min(0)
+              .Max(4294967295.0),
+          Def("checkpoint", T::kObject,
+              "Periodic checkpoints; a restarted gang resumes from the newest complete one. "
+              "Omit to keep none.")
+              .Props({
+                  Def("dir", T::kString,
+                      "Directory for step-<N>/ checkpoints, shared by all workers (a volume in "
+                      "a cluster).")
+                      .Required()
+                      .Length(1, kMaxPath),
+                  Def("everySteps", T::kInteger, "Write a checkpoint every this many steps.")
+                      .Default(200)
+                      .Min(1)
+                      .Max(1e9),
+                  Def("keep", T::kInteger, "Newest complete checkpoints kept.")
+                      .Default(3)
+                      .Min(1)
+                      .Max(1000),
+              }),
+      })
+      .Rules(TrainerRules());
+}
+
+FieldSchema TemplateDef() {
+  // Only what Tessera reads is declared; everything else of a PodTemplateSpec is kept as given
+  // and validated by the apiserver when the controller creates the pods.
+  return Def("template", T::kObject,
+             "A PodTemplateSpec for the worker pods: image, resources, volumes, nodeSelector, "
+             "tolerations, env. A command in the container named worker runs your own trainer "
+             "instead of the built-in one.")
+      .PreserveUnknown()
+      .Props({
+          Def("spec", T::kObject, "The PodSpec of every worker pod.")
+              .PreserveUnknown()
+              .Props({
+                  Def("containers", T::kArray,
+                      "Containers; the one named worker runs the worker agent.")
+                      .MaxItems(32)
+                      .Items(Def("", T::kObject, "A container.")
+                                 .PreserveUnknown()
+                                 .Props({
+                                     Def("name", T::kString, "Container name.")
+                                         .Length(std::nullopt, 63),
+                                     Def("command", T::kArray,
+                                         "Entrypoint; in the worker container it replaces the "
+                                         "built-in trainer.")
+                                         .MaxItems(256)
+                                         .Items(Def("", T::kString, "An argument.")),
+                                 })),
+              }),
+      });
+}
+
+FieldSchema RunPolicyDef() {
+  return Def("runPolicy", T::kObject, "How failures, deadlines and cleanup are handled.")
+      .Default(json::object())
+      .Props({
+          Def("backoffLimit", T::kInteger, "Gang restarts before the job fails.")
+              .Default(3)
+              .Min(0)
+              .Max(1000),
+          Def("permanentExitCodes", T::kArray,
+              "Worker exit codes that fail the job at once, without restarts (2 = bad "
+              "configuration).")
+              .Default(json::array({2}))
+              .MaxItems(255)
+              .ListType("set")
+              .Items(Def("", T::kInteger, "An exit code.").Min(1).Max(255)),
+          Def("activeDeadlineSeconds", T::kInteger,
+              "Fail the job (DeadlineExceeded) when it has run this long; null: no deadline.")
+              .Nullable()
+              .Min(1),
+          Def("progressDeadlineSeconds", T::kInteger,
+              "Restart the gang when no training step completes for this long (a hung "
+              "collective); 0 disables.")
+              .Default(600)
+              .Min(0),
+          Def("ttlSecondsAfterFinished", T::kInteger,
+              "Delete the job this long after it finished; null: keep it.")
+              .Nullable()
+              .Min(0),
+          Def("cleanPodPolicy", T::kString,
+              "Which pods are deleted when the job finishes: Running (still running ones), All, "
+              "None.")
+              .Default("Running")
+              .Enum({"Running", "All", "None"}),
+      });
+}
+
+FieldSchema SchedulingDef() {
+  return Def("scheduling", T::kObject, "How the gang of worker pods is placed.")
+      .Default(json::object())
+      .Props({
+          Def("gang", T::kBoolean,
+              "All workers start together or not at all (released and retried after "
+              "startupTimeoutSeconds).")
+              .Default(true),
+          Def("schedulerName", T::kString,
+              "Scheduler of the pods; volcano or scheduler-plugins also creates a PodGroup. "
+              "Empty: the default scheduler.")
+              .Default("")
+              .Length(std::nullopt, kMaxString),
+          Def("queue", T::kString, "Volcano queue of the PodGroup (needs schedulerName volcano).")
+              .Default("")
+              .Length(std::nullopt, kMaxString),
+          Def("priorityClassName", T::kString, "PriorityClass of the worker pods.")
+              .Default("")
+              .Length(std::nullopt, kMaxString),
+          Def("startupTimeoutSeconds", T::kInteger,
+              "Every worker must be Running within this time, or all are released and the "
+              "attempt retried (GangStartupTimeout).")
+              .Default(300)
+              .Min(1)
+              .Max(86400),
+      })
+      .Rules(SchedulingRules());
+}
+
+FieldSchema SpecDef() {
+  return Def("spec", T::kObject, "The desired training job.")
+      .Required()
+      .Props({
+          Def("workers", T::kInteger, "Worker pods in the gang.").Default(1).Min(1).Max(4096),
+          Def("gpusPerWorker", T::kInteger, "nvidia.com/gpu per pod; 0 runs on CPU.")
+              .Default(0)
+              .Min(0)
+              .Max(16),
+          Def("procsPerWorker", T::kInteger,
+              "Rank processes per pod; with the built-in trainer on GPUs, one per GPU.")
+              .Min(1)
+              .Max(256)
+              .Computed("gpusPerWorker, at least 1"),
+          Def("parallelism", T::kObject,
+              "How the ranks are arranged: data × pipeline × tensor equals workers × "
+              "procsPerWorker (tensor innermost).")
+              .Default(json::object())
+              .Props({
+                  Def("data", T::kInteger, "Data-parallel replicas.")
+                      .Min(1)
+                      .Max(1048576)
+                      .Computed("workers × procsPerWorker / (pipeline × tensor)"),
+                  Def("pipeline", T::kInteger, "Pipeline stages; at most the model's layers.")
+                      .Default(1)
+                      .Min(1)
+                      .Max(1024),
+                  Def("tensor", T::kInteger,
+                      "Tensor-parallel ranks (Megatron-style); divides the model's heads.")
+                      .Default(1)
+                      .Min(1)
+                      .Max(256),
+                  Def("zeroStage", T::kInteger,
+                      "0: every data-parallel rank keeps the whole optimizer state; 1: it is "
+                      "sharded across them (ZeRO-1).")
+                      .Default(0)
+                      .Enum({0, 1}),
+                  Def("microBatches", T::kInteger,
+                      "Micro-batches per optimizer step per data-parallel rank (gradient "
+                      "accumulation, and the pipeline's micro-batches).")
+                      .Default(1)
+                      .Min(1)
+                      .Max(65536),
+                  Def("schedule", T::kString, "Pipeline schedule: GPipe or 1F1B.")
+                      .Default("1F1B")
+                      .Enum({"GPipe", "1F1B"}),
+              }),
+          TrainerDef(),
+          TemplateDef(),
+          Def("suspend", T::kBoolean,
+              "true deletes running workers and keeps the job; false again starts a fresh "
+              "attempt.")
+              .Default(false),
+          RunPolicyDef(),
+          SchedulingDef(),
+          Def("metrics", T::kObject, "Prometheus metrics of the workers.")
+              .Default(json::object())
+              .Props({
+                  Def("port", T::kInteger, "Port of /metrics and /progress on every worker.")
+                      .Default(9400)
+                      .Min(1)
+                      .Max(65535),
+              })
+              .Rules(MetricsRules()),
+      })
+      .Rules(SpecRules());
+}
+
+FieldSchema StatusDef() {
+  auto time = [](std::string name, std::string description) {
+    return Def(std::move(name), T::kString, std::move(description)).Format("date-time");
+  };
+  auto count = [](std::string name, std::string description) {
+    return Def(std::move(name), T::kInteger, std::move(description)).Min(0);
+  };
+  return Def("status", T::kObject, "What the controller observed; written by it only.")
+      .Props({
+          Def("phase", T::kString, "Where the job is in its lifecycle.")
+              .Enum({"Pending", "Starting", "Running", "Restarting", "Succeeded", "Failed",
+                     "Suspended"}),
+          Def("conditions", T::kArray,
+              "Created, PodsReady, Running, Restarting, Succeeded, Failed, Suspended.")
+              .MaxItems(16)
+              .ListType("map", {"type"})
+              .Items(Def("", T::kObject, "A condition (Kubernetes API conventions).")
+                         .Props({
+                             Def("type", T::kString, "Condition type.").Required().Length(1, 64),
+                             Def("status", T::kString, "True, False or Unknown.")
+                                 .Required()
+                                 .Enum({"True", "False", "Unknown"}),
+                             Def("reason", T::kString,
+                                 "CamelCase reason, e.g. BackoffLimitExceeded, DeadlineExceeded, "
+                                 "PermanentExitCode, ProgressDeadlineExceeded, GangStartupTimeout, "
+                                 "NodeLost.")
+                                 .Length(std::nullopt, 1024),
+                             Def("message", T::kString, "Human-readable detail.")
+                                 .Length(std::nullopt, kMaxMessage),
+                             time("lastTransitionTime", "When status last changed."),
+                             count("observedGeneration", "spec generation the condition is for."),
+                         })),
+          Def("workers", T::kObject, "Worker pods of the current attempt by state.")
+              .Props({
+                  count("active", "Pods created and not finished."),
+                  count("ready", "Pods Running and ready."),
+                  count("succeeded", "Pods that exited 0."),
+                  count("failed", "Pods that failed."),
+              }),
+          count("restarts", "Gang restarts so far."),
+          Def("lastFailure", T::kObject, "The failure that caused the latest restart or the end.")
+              .Props({
+                  Def("reason", T::kString, "Why, as a condition reason.")
+                      .Length(std::nullopt, 1024),
+                  Def("message", T::kString, "Detail.").Length(std::nullopt, kMaxMessage),
+                  Def("worker", T::kString, "The pod that failed first.")
+                      .Length(std::nullopt, kMaxString),
+                  Def("exitCode", T::kInteger, "Its exit code.").Min(-255).Max(255),
+              }),
+          Def("progress", T::kObject, "Training progress reported by rank 0.")
+              .Props({
+                  count("step", "Last completed optimizer step."),
+                  count("totalSteps", "Steps the job trains."),
+                  Def("loss", T::kNumber, "Training loss at that step."),
+                  Def("tokensPerSecond", T::kNumber, "Throughput over all ranks.").Min(0),
+                  time("updatedAt", "When the controller read it."),
+              }),
+          time("startTime", "When the first attempt started."),
+          time("completionTime", "When the job finished."),
+          count("observedGeneration", "The spec generation the status reflects."),
+      });
+}
+
+FieldSchema BuildSchema() {
+  return Def("", T::kObject, "TrainingJob runs a gang of worker pods that train a model.")
+      .Props({
+          Def("apiVersion", T::kString, "tessera.dev/v1alpha1.").Required().Enum({kApiVersion}),
+          Def("kind", T::kString, "TrainingJob.").Required().Enum({kKind}),
+          Def("metadata", T::kObject, "Standard object metadata.")
+              .Required()
+              .PreserveUnknown()
+              .ServerOpen()
+              .Props({
+                  Def("name", T::kString,
+                      "Job name: a DNS label starting with a letter, short enough that every "
+                      "pod hostname <name>-worker-<i> fits 63 characters.")
+                      .Required()
+                      .Length(1, 54)
+                      .Pattern("^[a-z]([-a-z0-9]*[a-z0-9])?$"),
+                  Def("namespace", T::kString, "Namespace of the job.").Length(std::nullopt, 63),
+                  Def("uid", T::kString, "Set by the apiserver."),
+                  Def("generation", T::kInteger, "Set by the apiserver."),
+                  Def("labels", T::kStringMap, "Labels."),
+                  Def("annotations", T::kStringMap, "Annotations."),
+              }),
+          SpecDef(),
+          StatusDef(),
+      })
+      .Rules(RootRules());
+}
+
+// --- Checking. ---
+
+std::string JsonTypeName(const json& v) {
+  switch (v.type()) {
+    case json::value_t::object:
+      return "object";
+    case json::value_t::array:
+      return "array";
+    case json::value_t::string:
+      return "string";
+    case json::value_t::boolean:
+      return "boolean";
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned:
+      return "integer";
+    case json::value_t::number_float:
+      return "number";
+    default:
+      return "null";
+  }
+}
+
+bool TypeMatches(const FieldSchema& f, const json& v) {
+  switch (f.type) {
+    case T::kObject:
+      return v.is_object();
+    case T::kStringMap:
+      return v.is_object();
+    case T::kString:
+      return v.is_string();
+    case T::kInteger:
+      return v.is_number_integer();
+    case T::kNumber:
+      return v.is_number();
+    case T::kBoolean:
+      return v.is_boolean();
+    case T::kArray:
+      return v.is_array();
+  }
+  return false;
+}
+
+std::string FormatNumber(double d) {
+  if (std::floor(d) == d && std::fabs(d) < 1e15)
+    return std::to_string(static_cast<int64_t>(d));
+  std::ostringstream s;
+  s << d;
+  return s.str();
+}
+
+std::string Join(const std::string& path, const std::string& key) {
+  return path.empty() ? key : path + "." + key;
+}
+
+// Codepoints of a UTF-8 string, as the apiserver counts lengths.
+int64_t Utf8Length(const std::string& s) {
+  int64_t n = 0;
+  for (unsigned char c : s)
+    n += (c & 0xC0) != 0x80;
+  return n;
+}
+
+struct Checker {
+  std::vector<FieldError> errors;
+  bool structural_ok = true;
+
+  void Add(const std::string& path, std::string message) {
+    errors.push_back({path, std::move(message)});
+  }
+
+  void Walk(const json& v, const FieldSchema& f, const std::string& path) {
+    if (v.is_null()) {
+      // Non-nullable nulls were dropped by ApplySchemaDefaults, as the apiserver prunes them.
+      if (!f.nullable)
+        Add(path, "must not be null");
+      return;
+    }
+    if (!TypeMatches(f, v)) {
+      Add(path, "must be " + TypeName(f) + ", not " + JsonTypeName(v));
+      structural_ok = false;
+      return;
+    }
+    if (!f.enum_values.empty() &&
+        std::find(f.enum_values.begin(), f.enum_values.end(), v) == f.enum_values.end()) {
+      std::string allowed;
+      for (const auto& e : f.enum_values) {
+        allowed +=
+            (allowed.empty() ? "" : ", ") + (e.is_string() ? e.get<std::string>() : e.dump());
+      }
+      Add(path, "must be one of " + allowed + " (got " +
+                    (v.is_string() ? v.get<std::string>() : v.dump()) + ")");
+    }
+    if (v.is_number()) {
+      const double d = v.get<double>();
+      if (f.minimum && d < *f.minimum) {
+        Add(path, "must be >= " + FormatNumber(*f.minimum) + " (got " + v.dump() + ")");
+      }
+      if (f.maximum && d > *f.maximum) {
+        Add(path, "must be <= " + FormatNumber(*f.maximum) + " (got " + v.dump() + ")");
+      }
+    }
+    if (v.is_string()) {
+      const std::string& s = v.get_ref<const std::string&>();
+      const int64_t len = Utf8Length(s);
+      if (f.min_length && len < *f.min_length) {
+        Add(path, *f.min_length == 1
+                      ? "must not be empty"
+                      : "must have at least " + std::to_string(*f.min_length) + " characters");
+      }
+      if (f.max_length && len > *f.max_length) {
+        Add(path, "must have at most " + std::to_string(*f.max_length) + " characters (has " +
+                      std::to_string(len) + ")");
+      }
+      if (!f.pattern.empty() && !std::regex_search(s, std::regex(f.pattern))) {
+        Add(path, "must match " + f.pattern +
+                      " (lowercase letters, digits and '-', starting "
+                      "with a letter)");
+      }
+    }
+    if (f.type == T::kStringMap) {
+      for (const auto& [key, value] : v.items()) {
+        if (!value.is_string()) {
+          Add(Join(path, key), "must be string, not " + JsonTypeName(value));
+          structural_ok = false;
+        }
+      }
+    }
+    if (f.type == T::kArray) {
+      if (f.max_items && static_cast<int64_t>(v.size()) > *f.max_items) {
+        Add(path, "must have at most " + std::to_string(*f.max_items) + " items (has " +
+                      std::to_string(v.size()) + ")");
+      }
+      std::set<std::string> seen;
+      for (size_t i = 0; i < v.size(); ++i) {
+        const std::string item_path = path + "[" + std::to_string(i) + "]";
+        Walk(v[i], f.items.front(), item_path);
+        std::string key;
+        if (f.list_type == "set") {
+          key = v[i].dump();
+        } else if (f.list_type == "map" && v[i].is_object()) {
+          for (const auto& k : f.list_map_keys)
+            key += v[i].value(k, json()).dump() + "/";
+        }
+        if (!key.empty() && !seen.insert(key).second) {
+          Add(item_path, "duplicate entry " + (f.list_type == "set" ? v[i].dump() : key));
+        }
+      }
+    }
+    if (f.type == T::kObject) {
+      for (const auto& [key, value] : v.items()) {
+        const FieldSchema* child = f.Property(key);
+        if (child != nullptr) {
+          Walk(value, *child, Join(path, key));
+        } else if (!f.preserve_unknown) {
+          Add(Join(path, key), "unknown field");
+          structural_ok = false;
+        }
+      }
+      for (const auto& child : f.properties) {
+        if (child.required && !v.contains(child.name))
+          Add(Join(path, child.name), "required");
+      }
+      if (f.max_properties && static_cast<int64_t>(v.size()) > *f.max_properties) {
+        Add(path, "must have at most " + std::to_string(*f.max_properties) + " fields");
+      }
+    }
+  }
+};
+
+void Defaults(json& v, const FieldSchema& f) {
+  if (f.type == T::kArray && v.is_array()) {
+    for (auto& item : v)
+      Defaults(item, f.items.front());
+    return;
+  }
+  if (f.type != T::kObject || !v.is_object())
+    return;
+  for (const auto& child : f.properties) {
+    auto it = v.find(child.name);
+    if (it != v.end() && it->is_null() && !child.nullable) {
+      v.erase(it);
+      it = v.end();
+    }
+    if (it == v.end() && !child.default_value.is_null()) {
+      v[child.name] = child.default_value;
+    }
+    if (v.contains(child.name))
+      Defaults(v[child.name], child);
+  }
+}
+
+void CollectRules(const FieldSchema& f, const std::string& path, std::vector<LocatedRule>& out) {
+  for (const auto& r : f.rules)
+    out.push_back({path, &r});
+  for (const auto& child : f.properties)
+    CollectRules(child, Join(path, child.name), out);
+}
+
+}  // namespace
+
+const FieldSchema* FieldSchema::Property(const std::string& key) const {
+  for (const auto& p : properties) {
+    if (p.name == key)
+      return &p;
+  }
+  return nullptr;
+}
+
+const FieldSchema& TrainingJobSchema() {
+  static const FieldSchema* schema = new FieldSchema(BuildSchema());
+  return *schema;
+}
+
+const FieldSchema* FindField(const std::string& dotted_path) {
+  const FieldSchema* f = &TrainingJobSchema();
+  std::stringstream in(dotted_path);
+  std::string part;
+  while (f != nullptr && std::getline(in, part, '.')) {
+    bool item = part.size() > 2 && part.ends_with("[]");
+    if (item)
+      part.resize(part.size() - 2);
+    f = f->Property(part);
+    if (f != nullptr && item)
+      f = f->items.empty() ? nullptr : &f->items.front();
+  }
+  return f;
+}
+
+std::string LocatedRule::ErrorPath() const {
+  std::string p = object_path + rule->field_path;
+  if (!p.empty() && p.front() == '.')
+    p.erase(0, 1);
+  return p;
+}
+
+std::string LocatedRule::Message(const std::string& detail) const {
+  return detail.empty() ? rule->message : rule->message + " (" + detail + ")";
+}
+
+std::vector<LocatedRule> AllRules() {
+  std::vector<LocatedRule> out;
+  CollectRules(TrainingJobSchema(), "", out);
+  return out;
+}
+
+std::vector<FieldError> CheckSchema(const nlohmann::json& value, bool* structurally_sound) {
+  Checker c;
+  c.Walk(value, TrainingJobSchema(), "");
+  if (structurally_sound != nullptr)
+    *structurally_sound = c.structural_ok;
+  return c.errors;
+}
+
+void ApplySchemaDefaults(nlohmann::json& value) {
+  Defaults(value, TrainingJobSchema());
+}
+
+std::string TypeName(const FieldSchema& field) {
+  switch (field.type) {
+    case T::kObject:
+      return "object";
+    case T::kString:
+      return "string";
+    case T::kInteger:
+      return "integer";
+    case T::kNumber:
+      return "number";
+    case T::kBoolean:
+      return "boolean";
+    case T::kStringMap:
+      return "map of string";
+    case T::kArray:
+      return "array of " + TypeName(field.items.front());
+  }
+  return "";
+}
+
+}  // namespace tessera::api

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# `tessera validate FILE...`: exit 0 when all valid, 1 when any is invalid (one
+# `file: field: message` line per error), 2 when a file is unreadable or not YAML.
+# `tessera crd` prints the committed CRD.
+set -euo pipefail
+tessera=$1
+src=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+expect_rc() {  # expect_rc <rc> <command...>; output in $tmp/out
+  local want=$1; shift
+  local rc=0
+  "$@" >"$tmp/out" 2>&1 || rc=$?
+  [ "$rc" = "$want" ] || { cat "$tmp/out" >&2; fail "$* exited $rc, expected $want"; }
+}
+
+expect_rc 0 "$tessera" validate "$src"/manifests/examples/*.yaml
+[ ! -s "$tmp/out" ] || fail "valid examples printed output: $(cat "$tmp/out")"
+
+cat >"$tmp/bad.yaml" <<'YAML'
+apiVersion: tessera.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: bad}
+spec:
+  workers: 3
+  parallelism: {tensor: 3}
+  trainer:
+    model: {layers: 2, dModel: 64, heads: 4, seqLen: 64}
+    data: {path: d.txt}
+    batch: {global: 16}
+    schedule: {steps: 10, warmupSteps: 11}
+YAML
+expect_rc 1 "$tessera" validate "$src/manifests/examples/cpu-tiny.yaml" "$tmp/bad.yaml"
+grep -qx "$tmp/bad.yaml: spec.parallelism.tensor: tensor must divide spec.trainer.model.heads (3 does not divide 4)" "$tmp/out" ||
+  fail "no tensor line: $(cat "$tmp/out")"
+grep -qx "$tmp/bad.yaml: spec.trainer.schedule.warmupSteps: warmupSteps must not exceed steps (11 > 10)" "$tmp/out" ||
+  fail "no warmup line: $(cat "$tmp/out")"
+[ "$(wc -l <"$tmp/out")" = 2 ] || fail "expected 2 lines: $(cat "$tmp/out")"
+
+printf 'spec: [unclosed\n' >"$tmp/broken.yaml"
+expect_rc 2 "$tessera" validate "$tmp/bad.yaml" "$tmp/broken.yaml"
+grep -q "^$tmp/broken.yaml: not valid YAML: line " "$tmp/out" || fail "no syntax line: $(cat "$tmp/out")"
+expect_rc 2 "$tessera" validate "$tmp/missing.yaml"
+grep -q "^$tmp/missing.yaml: cannot read the file" "$tmp/out" || fail "no unreadable line"
+
+expect_rc 0 "$tessera" crd
+cmp -s "$tmp/out" "$src/manifests/crd/trainingjobs.tessera.dev.yaml" ||
+  fail "tessera crd differs from manifests/crd/trainingjobs.tessera.dev.yaml"
+echo "ok"

@@ -1,0 +1,205 @@
+// YAML/JSON decoding and JSON encoding of TrainingJob.
+#include <gtest/gtest.h>
+
+#include "api/codec.h"
+#include "api/schema.h"
+#include "api/validate.h"
+
+namespace tessera::api {
+namespace {
+
+using nlohmann::json;
+
+const char kDesignExample[] = R"(
+apiVersion: tessera.dev/v1alpha1
+kind: TrainingJob
+metadata:
+  name: gpt-shakespeare
+  namespace: research
+  labels: {team: nlp}
+spec:
+  workers: 4
+  gpusPerWorker: 0
+  procsPerWorker: 1
+  parallelism:
+    data: 2
+    pipeline: 2
+    tensor: 1
+    zeroStage: 1
+    microBatches: 8
+    schedule: 1F1B
+  trainer:
+    model: {layers: 6, dModel: 384, heads: 6, seqLen: 256, vocab: 256}
+    data: {path: /data/tinyshakespeare.txt, tokenizer: byte, validationFraction: 0.1}
+    batch: {global: 64}
+    optimizer: {lr: 3.0e-4, weightDecay: 0.1, beta1: 0.9, beta2: 0.95, gradClip: 1.0}
+    schedule: {steps: 2000, warmupSteps: 100, decay: cosine}
+    precision: fp32
+    seed: 1337
+    checkpoint: {dir: /checkpoints, everySteps: 200, keep: 3}
+  template:
+    spec:
+      containers:
+      - name: worker
+        image: tessera/worker:0.1.0
+  suspend: false
+  runPolicy:
+    backoffLimit: 3
+    permanentExitCodes: [2]
+    activeDeadlineSeconds: null
+    progressDeadlineSeconds: 600
+    ttlSecondsAfterFinished: null
+    cleanPodPolicy: Running
+  scheduling:
+    gang: true
+    schedulerName: ""
+    queue: ""
+    priorityClassName: ""
+    startupTimeoutSeconds: 300
+  metrics: {port: 9400}
+)";
+
+TEST(Codec, DecodesTheDesignExample) {
+  DecodeResult r = DecodeYaml(kDesignExample);
+  ASSERT_TRUE(r.job.has_value());
+  EXPECT_TRUE(r.errors.empty()) << FormatError(r.errors.front());
+  const TrainingJob& j = *r.job;
+  EXPECT_EQ(j.metadata.name, "gpt-shakespeare");
+  EXPECT_EQ(j.metadata.name_space, "research");
+  EXPECT_EQ(j.metadata.labels.at("team"), "nlp");
+  EXPECT_EQ(j.spec.workers, 4);
+  EXPECT_EQ(j.spec.parallelism.data, 2);
+  EXPECT_EQ(j.spec.parallelism.micro_batches, 8);
+  EXPECT_EQ(j.spec.parallelism.zero_stage, 1);
+  ASSERT_TRUE(j.spec.trainer.has_value());
+  EXPECT_EQ(j.spec.trainer->model.heads, 6);
+  EXPECT_DOUBLE_EQ(j.spec.trainer->optimizer.lr, 3.0e-4);
+  EXPECT_EQ(j.spec.trainer->schedule.steps, 2000);
+  EXPECT_EQ(j.spec.trainer->checkpoint->dir, "/checkpoints");
+  EXPECT_EQ(j.spec.pod_template["spec"]["containers"][0]["image"], "tessera/worker:0.1.0");
+  EXPECT_FALSE(j.spec.run_policy.active_deadline_seconds.has_value());
+  EXPECT_EQ(j.spec.run_policy.permanent_exit_codes, std::vector<int64_t>{2});
+  EXPECT_TRUE(ValidateDocument(ParseYaml(kDesignExample).documents.at(0)).empty());
+}
+
+// YAML scalars are typed as kubectl types them.
+TEST(Codec, ScalarTyping) {
+  struct {
+    const char* yaml;
+    json want;
+  } cases[] = {
+      {"a: 12", 12},           {"a: -3", -3},
+      {"a: 0x10", 16},         {"a: 1.5", 1.5},
+      {"a: 3.0e-4", 3.0e-4},   {"a: true", true},
+      {"a: yes", true},        {"a: off", false},
+      {"a: ~", nullptr},       {"a: null", nullptr},
+      {"a:", nullptr},         {"a: '12'", "12"},
+      {"a: \"true\"", "true"}, {"a: 1F1B", "1F1B"},
+      {"a: !!str 5", "5"},     {"a: hello world", "hello world"},
+  };
+  for (const auto& c : cases) {
+    ParsedYaml p = ParseYaml(c.yaml);
+    ASSERT_TRUE(p.ok()) << c.yaml << ": " << p.error;
+    ASSERT_EQ(p.documents.size(), 1u);
+    EXPECT_EQ(p.documents[0]["a"], c.want) << c.yaml;
+  }
+}
+
+TEST(Codec, SyntaxErrorsNameTheLine) {
+  struct {
+    const char* yaml;
+    const char* want;
+  } cases[] = {
+      {"a: [1, 2\n", "line "},
+      {"a: 1\nb: 2\na: 3\n", "line 3, column 1: duplicate key \"a\""},
+      {"spec:\n  workers: 1\n   gpus: 2\n", "line 3"},
+  };
+  for (const auto& c : cases) {
+    ParsedYaml p = ParseYaml(c.yaml);
+    EXPECT_FALSE(p.ok()) << c.yaml;
+    EXPECT_NE(p.error.find(c.want), std::string::npos) << p.error;
+  }
+}
+
+TEST(Codec, MultipleDocumentsSkipEmptyOnes) {
+  ParsedYaml p = ParseYaml("---\na: 1\n---\n---\nb: 2\n");
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p.documents.size(), 2u);
+  DecodeResult r = DecodeYaml("---\na: 1\n---\nb: 2\n");
+  EXPECT_FALSE(r.job.has_value());
+  ASSERT_EQ(r.errors.size(), 1u);
+  EXPECT_EQ(r.errors[0].path, "");
+}
+
+TEST(Codec, QuotedNumberIsATypeError) {
+  DecodeResult r = DecodeYaml(
+      "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: x}\n"
+      "spec: {workers: \"2\"}\n");
+  EXPECT_FALSE(r.job.has_value());
+  ASSERT_FALSE(r.errors.empty());
+  EXPECT_EQ(FormatError(r.errors[0]), "spec.workers: must be integer, not string");
+}
+
+TEST(Codec, RoundTripsThroughJson) {
+  DecodeResult r = DecodeYaml(kDesignExample);
+  ASSERT_TRUE(r.job);
+  TrainingJob job = *r.job;
+  job.metadata.uid = "u-1";
+  job.metadata.generation = 3;
+  job.status.phase = "Running";
+  job.status.conditions = {
+      {"Running", "True", "AllWorkersRunning", "4/4", "2026-01-01T00:00:00Z", 3}};
+  job.status.workers = {4, 4, 0, 0};
+  job.status.restarts = 1;
+  job.status.last_failure = {"NodeLost", "node gone", "gpt-shakespeare-worker-2", 137};
+  job.status.progress = {420, 2000, 1.62, 51200, "2026-01-01T00:01:00Z"};
+  job.status.start_time = "2026-01-01T00:00:00Z";
+  job.status.observed_generation = 3;
+
+  const json encoded = EncodeJson(job);
+  DecodeResult back = DecodeJson(encoded);
+  ASSERT_TRUE(back.job);
+  EXPECT_TRUE(back.errors.empty()) << FormatError(back.errors.front());
+  EXPECT_EQ(EncodeJson(*back.job), encoded);
+  EXPECT_EQ(back.job->status, job.status);
+  EXPECT_EQ(back.job->metadata.uid, "u-1");
+}
+
+// The C++ member initializers are the schema's defaults: a job decoded from a minimal document
+// (defaults from the schema table) encodes the same as one built in C++ (defaults from the
+// struct initializers).
+TEST(Codec, StructDefaultsMatchTheSchema) {
+  const json minimal = json::parse(R"({
+    "apiVersion": "tessera.dev/v1alpha1", "kind": "TrainingJob", "metadata": {"name": "m"},
+    "spec": {"trainer": {"model": {"preset": "gpt2-124m"}, "data": {"path": "p"},
+             "batch": {"global": 8}, "schedule": {"steps": 1},
+             "checkpoint": {"dir": "/c"}}}})");
+  DecodeResult r = DecodeJson(minimal);
+  ASSERT_TRUE(r.job);
+
+  TrainingJob built;
+  built.metadata.name = "m";
+  built.spec.trainer.emplace();
+  built.spec.trainer->model.preset = "gpt2-124m";
+  built.spec.trainer->data.path = "p";
+  built.spec.trainer->batch.global = 8;
+  built.spec.trainer->schedule.steps = 1;
+  built.spec.trainer->checkpoint.emplace();
+  built.spec.trainer->checkpoint->dir = "/c";
+  EXPECT_EQ(EncodeJson(built), EncodeJson(*r.job));
+}
+
+TEST(Codec, StatusPatchLeavesEmptyStringsOut) {
+  TrainingJobStatus s;
+  s.phase = "Pending";
+  const json j = EncodeStatusJson(s);
+  EXPECT_EQ(j["phase"], "Pending");
+  EXPECT_FALSE(j.contains("startTime"));
+  EXPECT_FALSE(j.contains("lastFailure"));
+  json doc = {{"apiVersion", "tessera.dev/v1alpha1"}, {"kind", "TrainingJob"}, {"status", j}};
+  for (const auto& e : CheckSchema(doc))
+    EXPECT_NE(e.path.rfind("status", 0), 0u) << e.path;
+}
+
+}  // namespace
+}  // namespace tessera::api

@@ -1,0 +1,389 @@
+// A table of valid and invalid TrainingJobs with the field paths each must be refused at.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "api/codec.h"
+#include "api/validate.h"
+
+namespace tessera::api {
+namespace {
+
+using nlohmann::json;
+
+// A small valid job: 2 CPU workers, data parallel, a tiny GPT.
+json Base() {
+  return json::parse(R"({
+    "apiVersion": "tessera.dev/v1alpha1", "kind": "TrainingJob", "metadata": {"name": "t"},
+    "spec": {"workers": 2, "trainer": {
+      "model": {"layers": 2, "dModel": 64, "heads": 4, "seqLen": 64},
+      "data": {"path": "d.txt"}, "batch": {"global": 16}, "schedule": {"steps": 10}}}})");
+}
+
+// JSON Patch operations.
+json Set(const std::string& path, json value) {
+  return {{"op", "add"}, {"path", path}, {"value", std::move(value)}};
+}
+json Del(const std::string& path) {
+  return {{"op", "remove"}, {"path", path}};
+}
+
+const json kNoModelFields =
+    json::array({Del("/spec/trainer/model/layers"), Del("/spec/trainer/model/dModel"),
+                 Del("/spec/trainer/model/heads"), Del("/spec/trainer/model/seqLen")});
+
+json Ops(std::initializer_list<json> ops) {
+  return json(ops);
+}
+json Concat(json a, const json& b) {
+  for (const auto& op : b)
+    a.push_back(op);
+  return a;
+}
+
+const json kWorkerCommand = json::parse(
+    R"({"spec": {"containers": [{"name": "worker", "image": "i", "command": ["python3", "a.py"]}]}})");
+
+struct Case {
+  std::string name;
+  json ops;                        // applied to Base()
+  std::vector<std::string> paths;  // expected error paths (any order); empty = valid
+};
+
+const std::string kName54(54, 'a');
+
+std::vector<Case> Cases() {
+  return {
+      // --- valid ---
+      {"base", Ops({}), {}},
+      {"data derived from pipeline",
+       Ops({Set("/spec/workers", 4), Set("/spec/parallelism", {{"pipeline", 2}})}),
+       {}},
+      {"preset alone",
+       Concat(Ops({Set("/spec/trainer/model/preset", "gpt2-124m")}), kNoModelFields),
+       {}},
+      {"preset with override",
+       Ops({Set("/spec/trainer/model", {{"preset", "gpt2-124m"}, {"seqLen", 256}})}),
+       {}},
+      {"tensor 4 of 12 heads on GPUs",
+       Ops({Set("/spec/workers", 1), Set("/spec/gpusPerWorker", 4),
+            Set("/spec/parallelism", {{"tensor", 4}}),
+            Set("/spec/trainer/model", {{"preset", "gpt2-124m"}}),
+            Set("/spec/trainer/precision", "bf16")}),
+       {}},
+      {"bring your own command",
+       Ops({Del("/spec/trainer"), Set("/spec/template", kWorkerCommand)}),
+       {}},
+      {"null deadline", Ops({Set("/spec/runPolicy", {{"activeDeadlineSeconds", nullptr}})}), {}},
+      {"explicit 3D layout",
+       Ops({Set("/spec/procsPerWorker", 2),
+            Set("/spec/parallelism", {{"data", 2}, {"tensor", 2}})}),
+       {}},
+      {"longest name for 10 workers",
+       Ops({Set("/metadata/name", kName54), Set("/spec/workers", 10),
+            Set("/spec/trainer/batch/global", 20)}),
+       {}},
+      {"uint16 tokens with gpt2 vocab",
+       Ops({Set("/spec/trainer/data/tokenizer", "uint16"),
+            Set("/spec/trainer/model/vocab", 50257)}),
+       {}},
+      {"no permanent exit codes",
+       Ops({Set("/spec/runPolicy", {{"permanentExitCodes", json::array()}})}),
+       {}},
+      {"volcano queue",
+       Ops({Set("/spec/scheduling", {{"schedulerName", "volcano"}, {"queue", "q"}})}),
+       {}},
+      {"status written by the controller",
+       Ops({Set("/status", {{"phase", "Running"}, {"workers", {{"ready", 2}}}})}),
+       {}},
+      {"template without command next to trainer",
+       Ops({Set(
+           "/spec/template",
+           json::parse(
+               R"({"metadata": {"labels": {"a": "b"}}, "spec": {"nodeSelector": {"x": "y"}, "containers": [{"name": "worker", "image": "i", "resources": {}}]}})"))}),
+       {}},
+      {"null optional object is absent", Ops({Set("/spec/scheduling", nullptr)}), {}},
+
+      // --- invalid: shape ---
+      {"unknown spec field", Ops({Set("/spec/replicas", 3)}), {"spec.replicas"}},
+      {"unknown model field",
+       Ops({Set("/spec/trainer/model/depth", 3)}),
+       {"spec.trainer.model.depth"}},
+      {"workers is a string", Ops({Set("/spec/workers", "two")}), {"spec.workers"}},
+      {"lr is a string",
+       Ops({Set("/spec/trainer/optimizer", {{"lr", "fast"}})}),
+       {"spec.trainer.optimizer.lr"}},
+      {"suspend is a string", Ops({Set("/spec/suspend", "yes")}), {"spec.suspend"}},
+      {"template is a string", Ops({Set("/spec/template", "x")}), {"spec.template"}},
+      {"command is a string",
+       Ops({Del("/spec/trainer"),
+            Set("/spec/template",
+                json::parse(
+                    R"({"spec": {"containers": [{"name": "worker", "command": "python3"}]}})"))}),
+       {"spec.template.spec.containers[0].command"}},
+      {"label value not a string",
+       Ops({Set("/metadata/labels", {{"a", 1}})}),
+       {"metadata.labels.a"}},
+      {"wrong apiVersion", Ops({Set("/apiVersion", "tessera.dev/v1")}), {"apiVersion"}},
+      {"wrong kind", Ops({Set("/kind", "Job")}), {"kind"}},
+      {"no spec", Ops({Del("/spec")}), {"spec"}},
+      {"no name", Ops({Del("/metadata/name")}), {"metadata.name"}},
+
+      // --- invalid: single fields ---
+      {"zero workers", Ops({Set("/spec/workers", 0)}), {"spec.workers"}},
+      {"too many workers",
+       Ops({Set("/spec/workers", 5000)}),
+       {"spec.workers", "spec.trainer.batch.global"}},
+      {"negative GPUs", Ops({Set("/spec/gpusPerWorker", -1)}), {"spec.gpusPerWorker"}},
+      {"unknown pipeline schedule",
+       Ops({Set("/spec/parallelism", {{"schedule", "Interleaved"}})}),
+       {"spec.parallelism.schedule"}},
+      {"zero stage 2",
+       Ops({Set("/spec/parallelism", {{"zeroStage", 2}})}),
+       {"spec.parallelism.zeroStage"}},
+      {"unknown preset",
+       Ops({Set("/spec/trainer/model/preset", "gpt5")}),
+       {"spec.trainer.model.preset"}},
+      {"unknown tokenizer",
+       Ops({Set("/spec/trainer/data/tokenizer", "bpe")}),
+       {"spec.trainer.data.tokenizer"}},
+      {"validation fraction too big",
+       Ops({Set("/spec/trainer/data/validationFraction", 0.9)}),
+       {"spec.trainer.data.validationFraction"}},
+      {"negative lr",
+       Ops({Set("/spec/trainer/optimizer", {{"lr", -1}})}),
+       {"spec.trainer.optimizer.lr"}},
+      {"unknown clean pod policy",
+       Ops({Set("/spec/runPolicy", {{"cleanPodPolicy", "Some"}})}),
+       {"spec.runPolicy.cleanPodPolicy"}},
+      {"exit code 0",
+       Ops({Set("/spec/runPolicy", {{"permanentExitCodes", {0}}})}),
+       {"spec.runPolicy.permanentExitCodes[0]"}},
+      {"exit code 256",
+       Ops({Set("/spec/runPolicy", {{"permanentExitCodes", {1, 256}}})}),
+       {"spec.runPolicy.permanentExitCodes[1]"}},
+      {"duplicate exit code",
+       Ops({Set("/spec/runPolicy", {{"permanentExitCodes", {2, 2}}})}),
+       {"spec.runPolicy.permanentExitCodes[1]"}},
+      {"metrics port out of range",
+       Ops({Set("/spec/metrics", {{"port", 70000}})}),
+       {"spec.metrics.port"}},
+      {"no data path", Ops({Del("/spec/trainer/data/path")}), {"spec.trainer.data.path"}},
+      {"empty data path", Ops({Set("/spec/trainer/data/path", "")}), {"spec.trainer.data.path"}},
+      {"no global batch", Ops({Del("/spec/trainer/batch/global")}), {"spec.trainer.batch.global"}},
+      {"no steps", Ops({Del("/spec/trainer/schedule/steps")}), {"spec.trainer.schedule.steps"}},
+      {"checkpoint without dir",
+       Ops({Set("/spec/trainer/checkpoint", {{"keep", 2}})}),
+       {"spec.trainer.checkpoint.dir"}},
+      {"keep no checkpoint",
+       Ops({Set("/spec/trainer/checkpoint", {{"dir", "/c"}, {"keep", 0}})}),
+       {"spec.trainer.checkpoint.keep"}},
+      {"zero startup timeout",
+       Ops({Set("/spec/scheduling", {{"startupTimeoutSeconds", 0}})}),
+       {"spec.scheduling.startupTimeoutSeconds"}},
+      {"unknown phase in status", Ops({Set("/status", {{"phase", "Exploded"}})}), {"status.phase"}},
+      {"name with a dot", Ops({Set("/metadata/name", "a.b")}), {"metadata.name"}},
+      {"name starting with a digit", Ops({Set("/metadata/name", "1job")}), {"metadata.name"}},
+
+      // --- invalid: cross-field rules ---
+      {"product mismatch",
+       Ops({Set("/spec/parallelism", {{"data", 3}})}),
+       {"spec.parallelism", "spec.trainer.batch.global"}},
+      {"data not derivable",
+       Ops({Set("/spec/workers", 3), Set("/spec/parallelism", {{"pipeline", 2}})}),
+       {"spec.parallelism"}},
+      {"tensor does not divide heads",
+       Ops({Set("/spec/workers", 3), Set("/spec/parallelism", {{"tensor", 3}})}),
+       {"spec.parallelism.tensor"}},
+      {"tensor does not divide preset heads",
+       Concat(Ops({Set("/spec/workers", 8), Set("/spec/parallelism", {{"tensor", 8}}),
+                   Set("/spec/trainer/model/preset", "gpt2-124m")}),
+              kNoModelFields),
+       {"spec.parallelism.tensor"}},
+      {"heads do not divide dModel",
+       Ops({Set("/spec/trainer/model/heads", 5)}),
+       {"spec.trainer.model.heads"}},
+      {"more stages than layers",
+       Ops({Set("/spec/workers", 4), Set("/spec/parallelism", {{"pipeline", 4}})}),
+       {"spec.parallelism.pipeline"}},
+      {"batch not divisible by data",
+       Ops({Set("/spec/trainer/batch/global", 15)}),
+       {"spec.trainer.batch.global"}},
+      {"batch not divisible by micro-batches",
+       Ops({Set("/spec/parallelism", {{"microBatches", 3}})}),
+       {"spec.trainer.batch.global"}},
+      {"hostname too long for 11 workers",
+       Ops({Set("/metadata/name", kName54), Set("/spec/workers", 11),
+            Set("/spec/trainer/batch/global", 22)}),
+       {"metadata.name"}},
+      {"name over 54",
+       Ops({Set("/metadata/name", std::string(55, 'a'))}),
+       {"metadata.name", "metadata.name"}},
+      {"neither trainer nor command", Ops({Del("/spec/trainer")}), {"spec.trainer"}},
+      {"both trainer and command", Ops({Set("/spec/template", kWorkerCommand)}), {"spec.trainer"}},
+      {"command in a container not named worker",
+       Ops({Del("/spec/trainer"),
+            Set("/spec/template",
+                json::parse(R"({"spec": {"containers": [{"name": "main", "command": ["x"]}]}})"))}),
+       {"spec.trainer"}},
+      {"empty command",
+       Ops({Del("/spec/trainer"),
+            Set("/spec/template",
+                json::parse(R"({"spec": {"containers": [{"name": "worker", "command": []}]}})"))}),
+       {"spec.trainer"}},
+      {"byte tokenizer with small vocab",
+       Ops({Set("/spec/trainer/model/vocab", 100)}),
+       {"spec.trainer.model.vocab"}},
+      {"uint16 tokens with huge vocab",
+       Ops({Set("/spec/trainer/data/tokenizer", "uint16"),
+            Set("/spec/trainer/model/vocab", 70000)}),
+       {"spec.trainer.model.vocab"}},
+      {"bf16 on CPU", Ops({Set("/spec/trainer/precision", "bf16")}), {"spec.trainer.precision"}},
+      {"two ranks on eight GPUs",
+       Ops({Set("/spec/gpusPerWorker", 8), Set("/spec/procsPerWorker", 2)}),
+       {"spec.procsPerWorker"}},
+      {"warm-up longer than training",
+       Ops({Set("/spec/trainer/schedule/warmupSteps", 20)}),
+       {"spec.trainer.schedule.warmupSteps"}},
+      {"incomplete model", Ops({Del("/spec/trainer/model/heads")}), {"spec.trainer.model"}},
+      {"queue without volcano",
+       Ops({Set("/spec/scheduling", {{"queue", "q"}})}),
+       {"spec.scheduling.queue"}},
+      {"metrics on the rendezvous port",
+       Ops({Set("/spec/metrics", {{"port", 29500}})}),
+       {"spec.metrics.port"}},
+      {"metrics on the torch master port",
+       Ops({Set("/spec/metrics", {{"port", 29501}})}),
+       {"spec.metrics.port"}},
+      {"every error at once",
+       Ops({Set("/spec/workers", 0), Set("/spec/trainer/model/heads", 5),
+            Set("/spec/trainer/optimizer", {{"lr", -1}}), Set("/spec/metrics", {{"port", 29500}})}),
+       {"spec.workers", "spec.trainer.model.heads", "spec.trainer.optimizer.lr",
+        "spec.metrics.port"}},
+  };
+}
+
+class ValidateTable : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ValidateTable, ReportsExactlyTheExpectedPaths) {
+  const Case& c = GetParam();
+  const json doc = Base().patch(c.ops);
+  std::vector<std::string> got;
+  std::string listing;
+  for (const auto& e : ValidateDocument(doc)) {
+    got.push_back(e.path);
+    listing += "\n  " + FormatError(e);
+  }
+  std::vector<std::string> want = c.paths;
+  std::sort(got.begin(), got.end());
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(want, got) << c.name << ": got" << listing;
+}
+
+std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
+  std::string name;
+  for (char ch : info.param.name)
+    name += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+  return name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Specs, ValidateTable, ::testing::ValuesIn(Cases()), CaseName);
+
+TEST(ValidateTableSize, HasAtLeastFortyCasesOfBothKinds) {
+  int valid = 0, invalid = 0;
+  for (const auto& c : Cases())
+    (c.paths.empty() ? valid : invalid)++;
+  EXPECT_GE(valid + invalid, 40);
+  EXPECT_GE(valid, 10);
+  EXPECT_GE(invalid, 30);
+}
+
+// Validate() on a struct built in C++ agrees with ValidateDocument() on its JSON.
+TEST(Validate, StructAndDocumentAgree) {
+  for (const auto& c : Cases()) {
+    const json doc = Base().patch(c.ops);
+    DecodeResult decoded = DecodeJson(doc);
+    if (!decoded.job || !decoded.errors.empty())
+      continue;  // shape errors: nothing to compare
+    std::vector<std::string> from_struct, from_doc;
+    for (const auto& e : Validate(*decoded.job))
+      from_struct.push_back(FormatError(e));
+    for (const auto& e : ValidateDocument(doc))
+      from_doc.push_back(FormatError(e));
+    std::sort(from_struct.begin(), from_struct.end());
+    std::sort(from_doc.begin(), from_doc.end());
+    EXPECT_EQ(from_doc, from_struct) << c.name;
+  }
+}
+
+TEST(Validate, MessagesCarryTheValues) {
+  json doc = Base();
+  doc["spec"]["workers"] = 3;
+  doc["spec"]["parallelism"] = {{"tensor", 3}};
+  doc["spec"]["trainer"]["model"]["heads"] = 4;
+  const auto errors = ValidateDocument(doc);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(FormatError(errors[0]),
+            "spec.parallelism.tensor: tensor must divide spec.trainer.model.heads (3 does not "
+            "divide 4)");
+}
+
+TEST(ApplyDefaults, ProcsPerWorkerFollowsGpusAtLeastOne) {
+  struct {
+    int64_t gpus;
+    std::optional<int64_t> procs;
+    int64_t want;
+  } cases[] = {{0, std::nullopt, 1}, {4, std::nullopt, 4}, {8, std::nullopt, 8}, {8, 2, 2}};
+  for (const auto& c : cases) {
+    TrainingJob job;
+    job.spec.gpus_per_worker = c.gpus;
+    job.spec.procs_per_worker = c.procs;
+    ApplyDefaults(job);
+    EXPECT_EQ(job.spec.procs_per_worker, c.want) << "gpus " << c.gpus;
+  }
+}
+
+TEST(ApplyDefaults, PresetExpandsAndExplicitFieldsWin) {
+  TrainingJob job;
+  job.spec.trainer.emplace();
+  job.spec.trainer->model.preset = "gpt2-124m";
+  job.spec.trainer->model.seq_len = 256;
+  ApplyDefaults(job);
+  const auto& m = job.spec.trainer->model;
+  EXPECT_EQ(m.layers, 12);
+  EXPECT_EQ(m.d_model, 768);
+  EXPECT_EQ(m.heads, 12);
+  EXPECT_EQ(m.seq_len, 256);
+  EXPECT_EQ(m.vocab, 50257);
+}
+
+TEST(ApplyDefaults, VocabAndDataDerived) {
+  TrainingJob job;
+  job.spec.workers = 4;
+  job.spec.parallelism.pipeline = 2;
+  job.spec.trainer.emplace();
+  ApplyDefaults(job);
+  EXPECT_EQ(job.spec.trainer->model.vocab, 256);
+  EXPECT_EQ(job.spec.parallelism.data, 2);
+
+  TrainingJob odd;
+  odd.spec.workers = 3;
+  odd.spec.parallelism.pipeline = 2;
+  ApplyDefaults(odd);
+  EXPECT_FALSE(odd.spec.parallelism.data.has_value()) << "3 ranks cannot split into 2 stages";
+}
+
+TEST(ApplyDefaults, Idempotent) {
+  DecodeResult decoded = DecodeJson(Base());
+  ASSERT_TRUE(decoded.job);
+  TrainingJob once = *decoded.job;
+  ApplyDefaults(once);
+  TrainingJob twice = once;
+  ApplyDefaults(twice);
+  EXPECT_EQ(EncodeJson(once), EncodeJson(twice));
+}
+
+}  // namespace
+}  // namespace tessera::api
