@@ -92,7 +92,9 @@ void SetKernelThreads(int threads) {
   if (threads < 1)
     threads = 1;
   omp_set_num_threads(threads);
-  openblas_set_num_threads(threads);
+  // The kernels split matrix products over their own threads (see cpu/layers.cpp); each
+  // BLAS call runs on one thread.
+  openblas_set_num_threads(1);
 }
 
 struct Gpt::State {
@@ -108,6 +110,7 @@ Gpt::Gpt(const GptConfig& config) : config_(config), state_(std::make_shared<Sta
   const std::string error = ValidateGptConfig(config);
   if (!error.empty())
     throw std::invalid_argument(error);
+  openblas_set_num_threads(1);  // see SetKernelThreads
   params_.assign(GptParameterCount(config), 0.0f);
   grads_.assign(params_.size(), 0.0f);
 }

@@ -47,9 +47,11 @@ struct ParameterTensor {
 // The tensors of a configuration in buffer order; their sizes sum to GptParameterCount.
 std::vector<ParameterTensor> GptParameterTensors(const GptConfig& config);
 
-// Number of threads the CPU kernels use (OpenMP regions and OpenBLAS), process-wide. Call it
-// before training from the thread that runs Forward/Backward. Results are bit-identical
-// from run to run for a fixed thread count.
+// Number of threads the CPU kernels use, process-wide (default: OpenMP's, i.e.
+// OMP_NUM_THREADS or the number of CPUs). Call it before training from the thread that runs
+// Forward/Backward. Matrix products are split over these threads with one single-threaded
+// OpenBLAS call each, so creating a Gpt sets OpenBLAS to one thread for the process.
+// Results are bit-identical from run to run for a fixed thread count.
 void SetKernelThreads(int threads);
 
 // Not thread-safe: one trainer owns a Gpt. Kernels use several threads internally.

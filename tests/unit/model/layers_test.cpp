@@ -32,13 +32,14 @@ double Dot(const Vec& a, const Vec& b) {
   return s;
 }
 
-// Compares analytic[i] with (L(x + h e_i) - L(x - h e_i)) / 2h for every element of x.
+// Compares analytic[i] with (L(x + h e_i) - L(x - h e_i)) / 2h for every `stride`-th element
+// of x.
 void ExpectGradient(const std::string& what, Vec& x, const Vec& analytic,
-                    const std::function<double()>& loss) {
+                    const std::function<double()>& loss, size_t stride = 1) {
   ASSERT_EQ(x.size(), analytic.size()) << what;
   const double h = 1e-5;
   double worst = 0;
-  for (size_t i = 0; i < x.size(); i++) {
+  for (size_t i = 0; i < x.size(); i += stride) {
     const double saved = x[i];
     x[i] = saved + h;
     const double up = loss();
@@ -143,6 +144,63 @@ TEST_F(LayersTest, Attention) {
   Vec dqkv(N * 3 * C, 3.0);  // overwritten
   attention_backward(dqkv.data(), g.data(), qkv.data(), att.data(), B, T, C, NH);
   ExpectGradient("dqkv", qkv, dqkv, loss);
+}
+
+// Head size 80 and T = 40 exercise the register-blocked paths of the attention kernels
+// (blocks of 4 vectors, single vectors, and the scalar tail); the small test above only the
+// scalar one.
+TEST_F(LayersTest, AttentionWideHeads) {
+  const int b = 1, t = 40, c = 160, nh = 2;
+  const int n = b * t;
+  Vec qkv = Random(n * 3 * c, rng, 0.3), g = Random(n * c, rng);
+  Vec att(b * nh * t * t);
+  auto loss = [&] {
+    Vec out(n * c);
+    attention_forward(out.data(), att.data(), qkv.data(), b, t, c, nh);
+    return Dot(out, g);
+  };
+  loss();
+  Vec dqkv(n * 3 * c);
+  attention_backward(dqkv.data(), g.data(), qkv.data(), att.data(), b, t, c, nh);
+  ExpectGradient("dqkv", qkv, dqkv, loss, 61);
+
+  // The float kernels (other vector width, fast exp) agree with the double ones.
+  std::vector<float> qkv_f(qkv.begin(), qkv.end()), g_f(g.begin(), g.end());
+  std::vector<float> out_f(n * c), att_f(att.size()), dqkv_f(dqkv.size());
+  attention_forward(out_f.data(), att_f.data(), qkv_f.data(), b, t, c, nh);
+  attention_backward(dqkv_f.data(), g_f.data(), qkv_f.data(), att_f.data(), b, t, c, nh);
+  Vec out(n * c);
+  attention_forward(out.data(), att.data(), qkv.data(), b, t, c, nh);
+  for (int i = 0; i < n * c; i++)
+    ASSERT_NEAR(out_f[i], out[i], 1e-5) << i;
+  for (size_t i = 0; i < dqkv.size(); i++)
+    ASSERT_NEAR(dqkv_f[i], dqkv[i], 1e-4) << i;
+}
+
+TEST_F(LayersTest, FloatGeluAndSoftmaxMatchDouble) {
+  // GELU over [-12, 12] and cross-entropy rows in float (fast exp and tanh) against double.
+  const int n = 2401;
+  Vec x(n), dy(n, 1.0);
+  for (int i = 0; i < n; i++)
+    x[i] = -12.0 + 24.0 * i / (n - 1);
+  std::vector<float> xf(x.begin(), x.end()), yf(n), dxf(n), dyf(n, 1.0f);
+  Vec y(n), dx(n);
+  gelu_forward(y.data(), x.data(), n);
+  gelu_backward(dx.data(), x.data(), dy.data(), n);
+  gelu_forward(yf.data(), xf.data(), n);
+  gelu_backward(dxf.data(), xf.data(), dyf.data(), n);
+  for (int i = 0; i < n; i++) {
+    ASSERT_NEAR(yf[i], y[i], 2e-6 * std::max(1.0, std::abs(y[i]))) << x[i];
+    ASSERT_NEAR(dxf[i], dx[i], 2e-6) << x[i];
+  }
+  const int V = 300;
+  Vec logits = Random(4 * V, rng, 20.0), losses(4), lse(4);
+  std::vector<float> logits_f(logits.begin(), logits.end()), losses_f(4), lse_f(4);
+  const std::vector<int32_t> targets = {0, 17, 299, 150};
+  crossentropy_forward(losses.data(), lse.data(), logits.data(), targets.data(), 4, V);
+  crossentropy_forward(losses_f.data(), lse_f.data(), logits_f.data(), targets.data(), 4, V);
+  for (int i = 0; i < 4; i++)
+    EXPECT_NEAR(losses_f[i], losses[i], 1e-5 * (1 + losses[i]));
 }
 
 TEST_F(LayersTest, AttentionIsCausalAndNormalised) {

@@ -2,10 +2,12 @@
 #include "worker/model/cpu/layers.h"
 
 #include <cblas.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 #include <vector>
@@ -13,16 +15,40 @@
 namespace tessera::model::cpu {
 namespace {
 
-// Row-major C (M,N) = alpha * op(A) (M,K) @ op(B) (K,N) + beta * C.
-void Gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
-          const float* B, int ldb, float beta, float* C, int ldc) {
+// Row-major C (M,N) = alpha * op(A) (M,K) @ op(B) (K,N) + beta * C, one BLAS call.
+void BlasGemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
+              const float* B, int ldb, float beta, float* C, int ldc) {
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
               trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
-void Gemm(bool trans_a, bool trans_b, int M, int N, int K, double alpha, const double* A, int lda,
-          const double* B, int ldb, double beta, double* C, int ldc) {
+void BlasGemm(bool trans_a, bool trans_b, int M, int N, int K, double alpha, const double* A,
+              int lda, const double* B, int ldb, double beta, double* C, int ldc) {
   cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
               trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+// The same product on the OpenMP team: each thread multiplies one band of rows of C with a
+// single-threaded BLAS call (see SetKernelThreads). One pool of threads then serves the
+// matrix products and every other kernel, instead of OpenBLAS's pool and OpenMP's spinning
+// against each other between calls. One band per thread, so that each thread packs the
+// shared operand once; the bands depend only on the number of threads.
+template <typename F>
+void Gemm(bool trans_a, bool trans_b, int M, int N, int K, F alpha, const F* A, int lda, const F* B,
+          int ldb, F beta, F* C, int ldc) {
+  const bool parallel = int64_t{M} * N * K >= (1 << 20) && M >= 32;
+  const int threads = parallel ? omp_get_max_threads() : 1;
+  const int band_rows = ((M + threads - 1) / threads + 15) / 16 * 16;
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+  for (int band = 0; band < threads; band++) {
+    const int m0 = band * band_rows;
+    const int rows = std::min(band_rows, M - m0);
+    if (rows <= 0)
+      continue;
+    // Row m0 of op(A): a row offset of A, or a column offset when A is transposed.
+    const F* a = trans_a ? A + m0 : A + static_cast<int64_t>(m0) * lda;
+    BlasGemm(trans_a, trans_b, rows, N, K, alpha, a, lda, B, ldb, beta,
+             C + static_cast<int64_t>(m0) * ldc, ldc);
+  }
 }
 
 // Column blocks for reductions over rows (layer-norm and bias gradients): each block of
@@ -79,49 +105,95 @@ inline F Tanh(F u) {
   }
 }
 
-// Width of the register blocks of the attention helpers below.
-constexpr int kLanes = 16;
+// The attention helpers below keep blocks of outputs in registers: kBlock independent
+// accumulators of one 64-byte vector each (GCC vector extensions, lowered to whatever the
+// target has), so that the multiply-adds do not wait on one another.
+constexpr int kVectorBytes = 64;
+constexpr int kBlock = 4;
+template <typename F>
+struct VectorOf {
+  typedef F type __attribute__((vector_size(kVectorBytes)));
+};
+template <typename F>
+using Vector = typename VectorOf<F>::type;
+template <typename F>
+constexpr int kLanes = kVectorBytes / sizeof(F);
+
+template <typename F>
+inline Vector<F> Load(const F* p) {
+  Vector<F> v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+template <typename F>
+inline void Store(F* p, Vector<F> v) {
+  std::memcpy(p, &v, sizeof(v));
+}
+
+// V vectors of columns [c, c + V*L) of a row times a transposed matrix (see below).
+template <int V, typename F>
+inline void RowTimesTransposedBlock(F* block, const F* q, const F* mt, int ldm, int hs, F scale) {
+  constexpr int L = kLanes<F>;
+  Vector<F> acc[V] = {};
+  for (int i = 0; i < hs; i++) {
+    const F qi = q[i];
+    const F* m = mt + static_cast<int64_t>(i) * ldm;
+    for (int v = 0; v < V; v++)
+      acc[v] += qi * Load(m + v * L);
+  }
+  for (int v = 0; v < V; v++)
+    Store(block + v * L, acc[v] * scale);
+}
 
 // scores[c] = scale * sum_i q[i] * mt[i * ldm + c] for c < n: a row times a matrix stored
-// transposed (hs rows of at least round_up(n, kLanes) columns), one block of kLanes outputs
-// in registers at a time.
+// transposed (hs rows of ldm columns, ldm a multiple of kLanes and >= n; columns beyond n
+// are read and ignored).
 template <typename F>
 TESSERA_VECTOR_CLONES void RowTimesTransposed(F* scores, const F* q, const F* mt, int ldm, int hs,
                                               int n, F scale) {
-  for (int c = 0; c < n; c += kLanes) {
-    F acc[kLanes] = {};
-    for (int i = 0; i < hs; i++) {
-      const F qi = q[i];
-      const F* m = mt + static_cast<int64_t>(i) * ldm + c;
-#pragma omp simd
-      for (int j = 0; j < kLanes; j++)
-        acc[j] += qi * m[j];
+  constexpr int L = kLanes<F>;
+  F block[kBlock * L];
+  for (int c = 0; c < n;) {
+    int width = L;
+    if (c + kBlock * L <= ldm) {
+      RowTimesTransposedBlock<kBlock>(block, q, mt + c, ldm, hs, scale);
+      width = kBlock * L;
+    } else {
+      RowTimesTransposedBlock<1>(block, q, mt + c, ldm, hs, scale);
     }
-    const int m = std::min(kLanes, n - c);
-    for (int j = 0; j < m; j++)
-      scores[c + j] = acc[j] * scale;
+    std::copy(block, block + std::min(width, n - c), scores + c);
+    c += width;
   }
 }
 
-// out[j] = sum_{r < n} w[r * wstride] * rows[r * ld + j] for j < hs: a weighted sum of n rows,
-// kLanes outputs in registers at a time.
+// V vectors of outputs [0, V*L) of the weighted row sum below.
+template <int V, typename F>
+inline void WeightedRowSumBlock(F* out, const F* w, int64_t wstride, const F* rows, int64_t ld,
+                                int n) {
+  constexpr int L = kLanes<F>;
+  Vector<F> acc[V] = {};
+  for (int r = 0; r < n; r++) {
+    const F wr = w[r * wstride];
+    const F* row = rows + r * ld;
+    for (int v = 0; v < V; v++)
+      acc[v] += wr * Load(row + v * L);
+  }
+  for (int v = 0; v < V; v++)
+    Store(out + v * L, acc[v]);
+}
+
+// out[j] = sum_{r < n} w[r * wstride] * rows[r * ld + j] for j < hs: a weighted sum of n rows.
 template <typename F>
 TESSERA_VECTOR_CLONES void WeightedRowSum(F* out, const F* w, int64_t wstride, const F* rows,
                                           int64_t ld, int n, int hs) {
-  int j0 = 0;
-  for (; j0 + kLanes <= hs; j0 += kLanes) {
-    F acc[kLanes] = {};
-    for (int r = 0; r < n; r++) {
-      const F wr = w[r * wstride];
-      const F* row = rows + r * ld + j0;
-#pragma omp simd
-      for (int j = 0; j < kLanes; j++)
-        acc[j] += wr * row[j];
-    }
-    for (int j = 0; j < kLanes; j++)
-      out[j0 + j] = acc[j];
+  constexpr int L = kLanes<F>;
+  int j = 0;
+  for (; j + kBlock * L <= hs; j += kBlock * L) {
+    WeightedRowSumBlock<kBlock>(out + j, w, wstride, rows + j, ld, n);
   }
-  for (int j = j0; j < hs; j++) {
+  for (; j + L <= hs; j += L)
+    WeightedRowSumBlock<1>(out + j, w, wstride, rows + j, ld, n);
+  for (; j < hs; j++) {  // head sizes that are not a multiple of the vector width
     F acc = 0;
     for (int r = 0; r < n; r++)
       acc += w[r * wstride] * rows[r * ld + j];
@@ -361,11 +433,13 @@ template <typename F>
 void attention_forward(F* out, F* att, const F* qkv, int B, int T, int C, int NH) {
   const int hs = C / NH;
   const int64_t C3 = 3 * static_cast<int64_t>(C);
-  const int Tp = (T + kLanes - 1) / kLanes * kLanes;
+  const int Tp = (T + kLanes<F> - 1) / kLanes<F> * kLanes<F>;
   const F scale = F(1) / std::sqrt(static_cast<F>(hs));
 #pragma omp parallel if (Parallel(int64_t{B} * T * T * C))
   {
-    std::vector<F> kt(static_cast<size_t>(hs) * Tp);  // (hs, Tp) keys of one head, transposed
+    // (hs, Tp) keys of one head, transposed; per thread, kept between calls.
+    thread_local std::vector<F> kt;
+    kt.resize(static_cast<size_t>(hs) * Tp);
 #pragma omp for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
       for (int h = 0; h < NH; h++) {
@@ -392,7 +466,7 @@ void attention_backward(F* dqkv, const F* dout, const F* qkv, const F* att, int 
                         int NH) {
   const int hs = C / NH;
   const int64_t C3 = 3 * static_cast<int64_t>(C);
-  const int Tp = (T + kLanes - 1) / kLanes * kLanes;
+  const int Tp = (T + kLanes<F> - 1) / kLanes<F> * kLanes<F>;
   const F scale = F(1) / std::sqrt(static_cast<F>(hs));
   // One (b, h) per task: every gradient element is one weighted sum computed by one thread.
 #pragma omp parallel if (Parallel(int64_t{B} * T * T * C))
