@@ -51,10 +51,19 @@ void Gemm(bool trans_a, bool trans_b, int M, int N, int K, F alpha, const F* A, 
   }
 }
 
-// Column blocks for reductions over rows (layer-norm and bias gradients): each block of
-// columns is summed over all rows, in row order, by one thread. The result does not depend
-// on the number of threads.
-constexpr int kColumnBlock = 32;
+// Reductions over rows (embedding, layer-norm and bias gradients) split the columns into
+// one band per thread; each band is summed over all rows, in row order, by one thread, so
+// every sum is the same whatever the number of threads. Bands are a multiple of 16 columns
+// wide, so that each row contributes whole vectors.
+struct ColumnBands {
+  int width;
+  int count;
+  explicit ColumnBands(int columns) {
+    const int threads = std::max(1, std::min(omp_get_max_threads(), columns / 16));
+    width = ((columns + threads - 1) / threads + 15) / 16 * 16;
+    count = (columns + width - 1) / width;
+  }
+};
 
 // Hot loops are compiled for AVX-512, for AVX2 and for baseline x86-64; the loader picks
 // the best the CPU has (GCC function multi-versioning), so one binary runs everywhere. The
@@ -254,6 +263,100 @@ TESSERA_VECTOR_CLONES void GeluBackwardSpan(F* dinp, const F* inp, const F* dout
   }
 }
 
+// One row of layer norm: o = (x - mean) * rstd * weight + bias; returns mean and rstd.
+template <typename F>
+TESSERA_VECTOR_CLONES void LayerNormRow(F* o, F* mean, F* rstd, const F* x, const F* weight,
+                                        const F* bias, int C) {
+  F m = 0;
+#pragma omp simd reduction(+ : m)
+  for (int i = 0; i < C; i++)
+    m += x[i];
+  m = m / C;
+  F v = 0;
+#pragma omp simd reduction(+ : v)
+  for (int i = 0; i < C; i++)
+    v += (x[i] - m) * (x[i] - m);
+  v = v / C;
+  const F s = F(1) / std::sqrt(v + F(1e-5));
+#pragma omp simd
+  for (int i = 0; i < C; i++)
+    o[i] = (s * (x[i] - m)) * weight[i] + bias[i];
+  *mean = m;
+  *rstd = s;
+}
+
+// One row of the layer-norm input gradient: dx += d/dx.
+template <typename F>
+TESSERA_VECTOR_CLONES void LayerNormBackwardRow(F* dx, const F* dy, const F* x, const F* weight,
+                                                F m, F s, int C) {
+  F dnorm_mean = 0;
+  F dnorm_norm_mean = 0;
+#pragma omp simd reduction(+ : dnorm_mean, dnorm_norm_mean)
+  for (int i = 0; i < C; i++) {
+    const F dnorm = weight[i] * dy[i];
+    dnorm_mean += dnorm;
+    dnorm_norm_mean += dnorm * (x[i] - m) * s;
+  }
+  dnorm_mean = dnorm_mean / C;
+  dnorm_norm_mean = dnorm_norm_mean / C;
+#pragma omp simd
+  for (int i = 0; i < C; i++) {
+    const F norm = (x[i] - m) * s;
+    dx[i] += (weight[i] * dy[i] - dnorm_mean - norm * dnorm_norm_mean) * s;
+  }
+}
+
+// Columns [c0, c1) of the layer-norm parameter gradients, summed over the N rows in order.
+template <typename F>
+TESSERA_VECTOR_CLONES void LayerNormParamColumns(F* dweight, F* dbias, const F* dout, const F* inp,
+                                                 const F* mean, const F* rstd, int N, int C, int c0,
+                                                 int c1) {
+  for (int n = 0; n < N; n++) {
+    const F* dy = dout + static_cast<int64_t>(n) * C;
+    const F* x = inp + static_cast<int64_t>(n) * C;
+    const F m = mean[n];
+    const F s = rstd[n];
+#pragma omp simd
+    for (int i = c0; i < c1; i++) {
+      dweight[i] += (x[i] - m) * s * dy[i];
+      dbias[i] += dy[i];
+    }
+  }
+}
+
+// sums[c] += sum over the N rows (in order) of rows[n * ld + c], for c in [c0, c1).
+template <typename F>
+TESSERA_VECTOR_CLONES void ColumnSums(F* sums, const F* rows, int64_t ld, int N, int c0, int c1) {
+  for (int n = 0; n < N; n++) {
+    const F* row = rows + n * ld;
+#pragma omp simd
+    for (int i = c0; i < c1; i++)
+      sums[i] += row[i];
+  }
+}
+
+// log(sum(exp(row))) of one row of V logits.
+template <typename F>
+TESSERA_VECTOR_CLONES F LogSumExpRow(const F* row, int V) {
+  F maxval = row[0];
+#pragma omp simd reduction(max : maxval)
+  for (int i = 0; i < V; i++)
+    maxval = std::max(maxval, row[i]);
+  F sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int i = 0; i < V; i++)
+    sum += Exp(row[i] - maxval);
+  return maxval + std::log(sum);
+}
+
+// row = exp(row - lse) * dloss: softmax times the loss gradient, in place.
+template <typename F>
+TESSERA_VECTOR_CLONES void SoftmaxScaleRow(F* row, F lse, F dloss, int V) {
+#pragma omp simd
+  for (int i = 0; i < V; i++)
+    row[i] = Exp(row[i] - lse) * dloss;
+}
+
 // Below this many elements of work a kernel runs on the calling thread: waking the team
 // would cost more than it saves.
 constexpr int64_t kMinParallelWork = 1 << 15;
@@ -286,11 +389,11 @@ template <typename F>
 void encoder_backward(F* dwte, F* dwpe, const F* dout, const int32_t* tokens, int B, int T, int C) {
   // Several positions may share a token: split the channels, not the positions, so every
   // dwte element is summed by one thread in (b, t) order.
-  const int blocks = (C + kColumnBlock - 1) / kColumnBlock;
+  const ColumnBands bands(C);
 #pragma omp parallel for if (Parallel(int64_t{B} * T * C)) schedule(static)
-  for (int blk = 0; blk < blocks; blk++) {
-    const int c0 = blk * kColumnBlock;
-    const int c1 = std::min(C, c0 + kColumnBlock);
+  for (int band = 0; band < bands.count; band++) {
+    const int c0 = band * bands.width;
+    const int c1 = std::min(C, c0 + bands.width);
     for (int b = 0; b < B; b++) {
       for (int t = 0; t < T; t++) {
         const F* dout_bt = dout + (static_cast<int64_t>(b) * T + t) * C;
@@ -309,27 +412,10 @@ void encoder_backward(F* dwte, F* dwpe, const F* dout, const int32_t* tokens, in
 template <typename F>
 void layernorm_forward(F* out, F* mean, F* rstd, const F* inp, const F* weight, const F* bias,
                        int N, int C) {
-  const F eps = F(1e-5);
 #pragma omp parallel for if (Parallel(int64_t{N} * C)) schedule(static)
   for (int n = 0; n < N; n++) {
-    const F* x = inp + static_cast<int64_t>(n) * C;
-    F m = 0;
-#pragma omp simd reduction(+ : m)
-    for (int i = 0; i < C; i++)
-      m += x[i];
-    m = m / C;
-    F v = 0;
-#pragma omp simd reduction(+ : v)
-    for (int i = 0; i < C; i++)
-      v += (x[i] - m) * (x[i] - m);
-    v = v / C;
-    const F s = F(1) / std::sqrt(v + eps);
-    F* o = out + static_cast<int64_t>(n) * C;
-#pragma omp simd
-    for (int i = 0; i < C; i++)
-      o[i] = (s * (x[i] - m)) * weight[i] + bias[i];
-    mean[n] = m;
-    rstd[n] = s;
+    const int64_t row = static_cast<int64_t>(n) * C;
+    LayerNormRow(out + row, mean + n, rstd + n, inp + row, weight, bias, C);
   }
 }
 
@@ -339,44 +425,16 @@ void layernorm_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* i
   // dinp: rows are independent.
 #pragma omp parallel for if (Parallel(int64_t{N} * C)) schedule(static)
   for (int n = 0; n < N; n++) {
-    const F* dy = dout + static_cast<int64_t>(n) * C;
-    const F* x = inp + static_cast<int64_t>(n) * C;
-    F* dx = dinp + static_cast<int64_t>(n) * C;
-    const F m = mean[n];
-    const F s = rstd[n];
-    F dnorm_mean = 0;
-    F dnorm_norm_mean = 0;
-#pragma omp simd reduction(+ : dnorm_mean, dnorm_norm_mean)
-    for (int i = 0; i < C; i++) {
-      const F dnorm = weight[i] * dy[i];
-      dnorm_mean += dnorm;
-      dnorm_norm_mean += dnorm * (x[i] - m) * s;
-    }
-    dnorm_mean = dnorm_mean / C;
-    dnorm_norm_mean = dnorm_norm_mean / C;
-#pragma omp simd
-    for (int i = 0; i < C; i++) {
-      const F norm = (x[i] - m) * s;
-      dx[i] += (weight[i] * dy[i] - dnorm_mean - norm * dnorm_norm_mean) * s;
-    }
+    const int64_t row = static_cast<int64_t>(n) * C;
+    LayerNormBackwardRow(dinp + row, dout + row, inp + row, weight, mean[n], rstd[n], C);
   }
-  // dweight, dbias: sums over rows, one column block per thread.
-  const int blocks = (C + kColumnBlock - 1) / kColumnBlock;
+  // dweight, dbias: sums over rows, one column block per task.
+  const ColumnBands bands(C);
 #pragma omp parallel for if (Parallel(int64_t{N} * C)) schedule(static)
-  for (int blk = 0; blk < blocks; blk++) {
-    const int c0 = blk * kColumnBlock;
-    const int c1 = std::min(C, c0 + kColumnBlock);
-    for (int n = 0; n < N; n++) {
-      const F* dy = dout + static_cast<int64_t>(n) * C;
-      const F* x = inp + static_cast<int64_t>(n) * C;
-      const F m = mean[n];
-      const F s = rstd[n];
-#pragma omp simd
-      for (int i = c0; i < c1; i++) {
-        dweight[i] += (x[i] - m) * s * dy[i];
-        dbias[i] += dy[i];
-      }
-    }
+  for (int band = 0; band < bands.count; band++) {
+    const int c0 = band * bands.width;
+    LayerNormParamColumns(dweight, dbias, dout, inp, mean, rstd, N, C, c0,
+                          std::min(C, c0 + bands.width));
   }
 }
 
@@ -413,17 +471,11 @@ void matmul_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp,
     Gemm(false, false, N, C, OC, F(1), dout, OC, weight, C, F(0), dinp, C);
   Gemm(true, false, OC, C, N, F(1), dout, OC, inp, C, F(1), dweight, C);
   if (dbias != nullptr) {
-    const int blocks = (OC + kColumnBlock - 1) / kColumnBlock;
+    const ColumnBands bands(OC);
 #pragma omp parallel for if (Parallel(int64_t{N} * OC)) schedule(static)
-    for (int blk = 0; blk < blocks; blk++) {
-      const int c0 = blk * kColumnBlock;
-      const int c1 = std::min(OC, c0 + kColumnBlock);
-      for (int n = 0; n < N; n++) {
-        const F* dy = dout + static_cast<int64_t>(n) * OC;
-#pragma omp simd
-        for (int i = c0; i < c1; i++)
-          dbias[i] += dy[i];
-      }
+    for (int band = 0; band < bands.count; band++) {
+      const int c0 = band * bands.width;
+      ColumnSums(dbias, dout, OC, N, c0, std::min(OC, c0 + bands.width));
     }
   }
 }
@@ -538,13 +590,7 @@ void crossentropy_forward(F* losses, F* lse, const F* logits, const int32_t* tar
 #pragma omp parallel for if (Parallel(int64_t{N} * V)) schedule(static)
   for (int n = 0; n < N; n++) {
     const F* row = logits + static_cast<int64_t>(n) * V;
-    F maxval = row[0];
-    for (int i = 1; i < V; i++)
-      maxval = std::max(maxval, row[i]);
-    F sum = 0;
-    for (int i = 0; i < V; i++)
-      sum += std::exp(row[i] - maxval);
-    lse[n] = maxval + std::log(sum);
+    lse[n] = LogSumExpRow(row, V);
     losses[n] = lse[n] - row[targets[n]];
   }
 }
@@ -555,9 +601,7 @@ void crossentropy_softmax_backward(F* logits_to_dlogits, const F* lse, const int
 #pragma omp parallel for if (Parallel(int64_t{N} * V)) schedule(static)
   for (int n = 0; n < N; n++) {
     F* row = logits_to_dlogits + static_cast<int64_t>(n) * V;
-    const F l = lse[n];
-    for (int i = 0; i < V; i++)
-      row[i] = std::exp(row[i] - l) * dloss;
+    SoftmaxScaleRow(row, lse[n], dloss, V);
     row[targets[n]] -= dloss;
   }
 }
