@@ -23,6 +23,11 @@ helm lint --strict "$chart" -f "$here/all-features-values.yaml" >"$work/lint2.tx
   { cat "$work/lint2.txt"; fail "helm lint --strict with all-features values"; }
 echo "ok: helm lint --strict with all-features values"
 
+# The packaged chart (what a chart repository serves) renders exactly what the directory does.
+helm package "$chart" --destination "$work/pkg" >/dev/null
+expect_eq "$(helm template t "$chart" | sha256sum)" "$(helm template t "$work"/pkg/tessera-*.tgz | sha256sum)" \
+  "rendering of the packaged chart (sha256)"
+
 # The default rendering, named as manifests/ names things, is manifests/.
 helm template tessera "$chart" --namespace tessera-system >"$work/manifests-like.yaml"
 /usr/bin/python3 "$here/packaging_check.py" rendered "$work/manifests-like.yaml"
