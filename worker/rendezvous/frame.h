@@ -22,7 +22,8 @@ enum class RequestType : uint8_t {
   kAuth = 1,         // value = token. Must be the first frame of a connection.
   kSet = 2,          // keys[0] = key, value
   kGet = 3,          // keys[0] = key; replies kNotFound when absent (does not block)
-  kWait = 4,         // keys = all keys to wait for, number = timeout in milliseconds
+  kWait = 4,         // keys = all keys to wait for, number = timeout in milliseconds; replies their
+                     // values in `keys` (kOk) or the missing keys (kTimeout)
   kAdd = 5,          // keys[0] = counter key, number = delta; replies the new value
   kCompareSet = 6,   // keys[0], expected (absent = "key must not exist"), value = desired
   kDelete = 7,       // keys[0]; replies number = 1 when the key existed

@@ -268,16 +268,11 @@ std::optional<std::string> StoreClient::TryGet(const std::string& key) {
 }
 
 std::string StoreClient::Get(const std::string& key, std::optional<milliseconds> timeout) {
-  Wait({key}, timeout);
-  auto value = TryGet(key);
-  if (!value) {
-    throw StoreError("rendezvous store " + endpoint() + ": key " + key +
-                     " was deleted while being read");
-  }
-  return *value;
+  return Wait({key}, timeout).at(0);
 }
 
-void StoreClient::Wait(const std::vector<std::string>& keys, std::optional<milliseconds> timeout) {
+std::vector<std::string> StoreClient::Wait(const std::vector<std::string>& keys,
+                                           std::optional<milliseconds> timeout) {
   const milliseconds t = timeout.value_or(options_.timeout);
   std::lock_guard<std::mutex> lock(mu_);
   // The server answers at its own deadline; allow for the round trip on top.
@@ -292,6 +287,12 @@ void StoreClient::Wait(const std::vector<std::string>& keys, std::optional<milli
     throw StoreTimeoutError("rendezvous store " + endpoint() + ": still missing after " +
                             Seconds(t) + ": " + missing);
   }
+  if (r.keys.size() != keys.size()) {
+    throw StoreError("rendezvous store " + endpoint() + ": wait returned " +
+                     std::to_string(r.keys.size()) + " values for " + std::to_string(keys.size()) +
+                     " keys");
+  }
+  return std::move(r.keys);
 }
 
 int64_t StoreClient::Add(const std::string& key, int64_t delta) {

@@ -58,9 +58,10 @@ class StoreClient {
   std::string Get(const std::string& key, std::optional<std::chrono::milliseconds> timeout = {});
   // Returns the value now, or nullopt when the key does not exist.
   std::optional<std::string> TryGet(const std::string& key);
-  // Blocks until every key exists; StoreTimeoutError lists the missing ones.
-  void Wait(const std::vector<std::string>& keys,
-            std::optional<std::chrono::milliseconds> timeout = {});
+  // Blocks until every key exists and returns their values, in order; StoreTimeoutError
+  // lists the missing ones.
+  std::vector<std::string> Wait(const std::vector<std::string>& keys,
+                                std::optional<std::chrono::milliseconds> timeout = {});
   // Atomically adds `delta` to the integer at `key` (absent = 0) and returns the result.
   int64_t Add(const std::string& key, int64_t delta);
   // Sets `key` to `desired` if it currently holds `expected` (nullopt: if it does not exist).
@@ -73,7 +74,7 @@ class StoreClient {
   // Keys starting with `prefix`, sorted.
   std::vector<std::string> List(const std::string& prefix);
   // Asks the server to set `key` = `value` if this connection drops without ClearWills()
-  // (a crashed process). Used to report lost ranks.
+  // (a crashed process), unless `key` exists by then. Used to report lost ranks.
   void AddWill(const std::string& key, const std::string& value);
   void ClearWills();
 

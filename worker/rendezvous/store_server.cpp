@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -87,6 +88,12 @@ bool TokensEqual(const std::string& a, const std::string& b) {
     diff |= static_cast<unsigned char>(a[i] ^ other);
   }
   return diff == 0;
+}
+
+// True when the peer hung up (checked without blocking or consuming data).
+bool PeerClosed(int fd) {
+  pollfd p{fd, POLLRDHUP, 0};
+  return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
 }
 
 bool SendResponse(int fd, const Response& r, Clock::time_point deadline) {
@@ -282,8 +289,9 @@ void StoreServer::ApplyWills(Connection& conn) {
   std::lock_guard<std::mutex> lock(mu_);
   if (stopping_.load() || conn.wills.empty())
     return;
+  // First death wins: a will never overwrites a key (a later failure is a consequence).
   for (auto& [key, value] : conn.wills)
-    data_[key] = value;
+    data_.emplace(key, value);
   spdlog::warn(
       "rendezvous store: client {} disconnected without saying goodbye; set {} key(s), "
       "first {}",
@@ -314,21 +322,30 @@ Response StoreServer::Handle(const Request& req, Connection& conn) {
     }
     case RequestType::kWait: {
       const auto deadline = Clock::now() + std::chrono::milliseconds(req.number);
-      const bool all = changed_.wait_until(lock, deadline, [&] {
-        if (stopping_.load())
-          return true;
+      auto all_present = [&] {
         for (const auto& k : req.keys) {
           if (data_.find(k) == data_.end())
             return false;
         }
         return true;
-      });
-      if (!all || stopping_.load()) {
+      };
+      // Wake up now and then to notice a client that went away while waiting, so its
+      // connection (and WaitForClientsToLeave) does not linger until the deadline.
+      bool ready = all_present();
+      while (!ready && !stopping_.load() && Clock::now() < deadline && !PeerClosed(conn.fd)) {
+        changed_.wait_until(lock,
+                            std::min(deadline, Clock::now() + std::chrono::milliseconds(200)));
+        ready = all_present();
+      }
+      if (!ready) {
         r.status = Status::kTimeout;
         for (const auto& k : req.keys) {
           if (data_.find(k) == data_.end())
             r.keys.push_back(k);
         }
+      } else {
+        for (const auto& k : req.keys)
+          r.keys.push_back(data_.at(k));
       }
       break;
     }

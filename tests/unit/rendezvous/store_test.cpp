@@ -158,6 +158,22 @@ TEST_F(StoreTest, WillsApplyOnUncleanDisconnectOnly) {
   EXPECT_EQ(Client()->TryGet("lost/2"), std::nullopt);
 }
 
+TEST_F(StoreTest, AWillNeverOverwritesAnExistingKey) {
+  {
+    auto first = Client();
+    first->AddWill("lost", "1");
+  }
+  auto c = Client();
+  EXPECT_EQ(c->Get("lost", 5s), "1");
+  {
+    auto second = Client();
+    second->AddWill("lost", "2");
+    second->AddWill("lost/2", "2");
+  }
+  EXPECT_EQ(c->Get("lost/2", 5s), "2");  // the second will has been applied by now
+  EXPECT_EQ(c->Get("lost"), "1");
+}
+
 TEST_F(StoreTest, BarrierReleasesEveryoneOnlyWhenAllArrived) {
   constexpr int kSize = 5;
   std::atomic<int> released{0};
