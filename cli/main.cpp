@@ -9,6 +9,7 @@
 #include "api/crd.h"
 #include "api/validate.h"
 #include "api/version.h"
+#include "cli/run/command.h"
 
 namespace {
 
@@ -82,6 +83,7 @@ int main(int argc, char** argv) {
     std::cout << (reference ? tessera::api::FieldReferenceMarkdown() : tessera::api::CrdYaml());
   });
 
+  tessera::cli::AddRunCommand(&app, &rc);
 
   CLI11_PARSE(app, argc, argv);
   return rc;

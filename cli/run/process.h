@@ -1,0 +1,49 @@
+// Rank processes of `tessera run`: started in their own process group with an environment and
+// a log file, signalled as a group, reaped without blocking. POSIX (Linux) only; the runner
+// that owns them is single-threaded.
+#pragma once
+
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tessera::cli {
+
+struct ProcessSpec {
+  std::vector<std::string> argv;  // argv[0] is looked up in PATH when it has no '/'
+  // Added to (and overriding) the runner's own environment.
+  std::vector<std::pair<std::string, std::string>> env;
+  std::string log_path;  // stdout and stderr are appended here; stdin is /dev/null
+};
+
+// Starts `spec` as the leader of a new process group (pgid == pid). The child also gets
+// SIGTERM if the runner dies (PR_SET_PDEATHSIG), so an orphaned rank still checkpoints and
+// stops. Returns the pid, or -1 with *error set (fork failed, log file not writable). A
+// program that cannot be executed exits 127 after writing why to its log.
+pid_t StartProcessGroup(const ProcessSpec& spec, std::string* error);
+
+// Sends `signal` to every process of the group led by `pgid`; a group already gone is fine.
+void SignalProcessGroup(pid_t pgid, int signal);
+
+// True while any process of the group `pgid` exists (including exited, unreaped members).
+bool ProcessGroupExists(pid_t pgid);
+
+// Reaps `pid` if it has exited: its exit code (128 + signal number for a process killed by a
+// signal, as Kubernetes reports it). Absent while it runs.
+std::optional<int> ReapIfExited(pid_t pid);
+
+// A free TCP port on 127.0.0.1 at the time of the call (bound to port 0, then released).
+// Returns 0 when none could be had.
+int FreeLoopbackPort();
+
+// `bytes` random bytes from /dev/urandom as lower-case hex.
+std::string RandomHex(size_t bytes);
+
+// The last `lines` lines of the text file at `path` (fewer when it is shorter; empty when it
+// cannot be read).
+std::vector<std::string> TailLines(const std::string& path, size_t lines);
+
+}  // namespace tessera::cli

@@ -1,0 +1,901 @@
+#include "cli/run/runner.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/file.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "api/codec.h"
+#include "api/contract.h"
+#include "api/rules.h"
+#include "api/validate.h"
+#include "cli/run/process.h"
+#include "cli/run/progress.h"
+#include "cli/run/sample.h"
+#include "cli/run/set_override.h"
+#include "lifecycle/decide.h"
+#include "lifecycle/from_api.h"
+#include "lifecycle/reasons.h"
+#include "worker/train/checkpoint.h"
+#include "worker/train/from_api.h"
+
+namespace tessera::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using lifecycle::Phase;
+
+volatile std::sig_atomic_t g_stop_signal = 0;
+volatile std::sig_atomic_t g_stop_count = 0;
+
+void OnStopSignal(int signal) {
+  g_stop_signal = signal;
+  g_stop_count = g_stop_count + 1;
+}
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// One line on stderr, then the exit code for "nothing started".
+int BadConfig(const std::string& message) {
+  std::cerr << "tessera run: " << message << "\n";
+  return kRunBadConfig;
+}
+
+bool WriteFileAtomically(const fs::path& path, const std::string& text) {
+  const fs::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    if (!out)
+      return false;
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  return !ec;
+}
+
+// The worker container's command and args (bring your own trainer), or empty.
+std::vector<std::string> WorkerCommand(const api::TrainingJob& job, nlohmann::json* container) {
+  const nlohmann::json& tmpl = job.spec.pod_template;
+  if (!tmpl.is_object() || !tmpl.contains("spec") || !tmpl["spec"].is_object() ||
+      !tmpl["spec"].contains("containers") || !tmpl["spec"]["containers"].is_array()) {
+    return {};
+  }
+  for (const nlohmann::json& c : tmpl["spec"]["containers"]) {
+    if (!c.is_object() || c.value("name", "") != api::kWorkerContainerName)
+      continue;
+    *container = c;
+    std::vector<std::string> argv;
+    for (const char* key : {"command", "args"}) {
+      if (c.contains(key) && c[key].is_array()) {
+        for (const nlohmann::json& part : c[key])
+          argv.push_back(part.is_string() ? part.get<std::string>() : part.dump());
+      }
+    }
+    if (!c.contains("command") || !c["command"].is_array() || c["command"].empty())
+      return {};
+    return argv;
+  }
+  return {};
+}
+
+int UsableCores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0)
+    return std::max(1, CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+int TerminalWidth() {
+  winsize ws{};
+  if (::ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+    return ws.ws_col;
+  return 100;
+}
+
+std::string SignalDescription(int code) {
+  if (code > 128 && code < 128 + 65) {
+    const char* name = ::sigabbrev_np(code - 128);
+    return fmt::format("killed by signal {} (SIG{})", code - 128, name ? name : "?");
+  }
+  return fmt::format("exited with code {}", code);
+}
+
+// One rank process of a local worker.
+struct Rank {
+  int64_t rank = 0;
+  int64_t local_rank = 0;
+  pid_t pid = -1;
+  int metrics_port = 0;
+  std::string log_path;
+  std::optional<int> exit_code;
+  std::optional<lifecycle::TimePoint> finished_at;
+};
+
+// The local stand-in for a pod: the ranks of one worker index in one attempt.
+struct LocalWorker {
+  int64_t index = 0;
+  int64_t attempt = 0;
+  std::vector<Rank> ranks;
+  bool deleting = false;
+  std::optional<Clock::time_point> kill_at;  // SIGKILL then, if still running
+  bool failure_reported = false;
+
+  bool AllExited() const {
+    return std::all_of(ranks.begin(), ranks.end(),
+                       [](const Rank& r) { return r.exit_code.has_value(); });
+  }
+  // The first rank to fail (earliest finish), or nullptr.
+  const Rank* FirstFailure() const {
+    const Rank* first = nullptr;
+    for (const Rank& r : ranks) {
+      if (r.exit_code && *r.exit_code != 0 &&
+          (first == nullptr || *r.finished_at < *first->finished_at)) {
+        first = &r;
+      }
+    }
+    return first;
+  }
+};
+
+// What the summary reports.
+struct Summary {
+  std::string phase;
+  std::string reason;
+  std::string message;
+  int exit_code = 0;
+  int64_t steps = 0;
+  int64_t total_steps = 0;
+  std::optional<double> train_loss;
+  std::optional<double> val_loss;
+  std::optional<double> tokens_per_second;
+  double wall_seconds = 0;
+  int64_t restarts = 0;
+  int64_t attempts = 0;
+  std::string checkpoint;
+  std::string run_dir;
+  std::string sample;
+};
+
+class LocalRun {
+ public:
+  LocalRun(const RunOptions& options, api::TrainingJob job,
+           std::optional<train::TrainerConfig> trainer, std::vector<std::string> byo_command,
+           nlohmann::json container, fs::path run_dir, std::string worker_binary)
+      : options_(options),
+        job_(std::move(job)),
+        trainer_(std::move(trainer)),
+        byo_command_(std::move(byo_command)),
+        container_(std::move(container)),
+        run_dir_(std::move(run_dir)),
+        worker_binary_(std::move(worker_binary)),
+        policy_(lifecycle::PolicyFromJob(job_)),
+        procs_per_worker_(api::EffectiveProcsPerWorker(job_.spec)),
+        tty_(::isatty(STDERR_FILENO) == 1) {}
+
+  int Run();
+
+ private:
+  void Reap();
+  lifecycle::Observation Observe();
+  void PollProgress();
+  void Apply(const lifecycle::Action& action);
+  void CreateWorkers(const lifecycle::CreateWorkers& create);
+  void DeleteWorkers(const lifecycle::DeleteWorkers& del);
+  void EnforceKillDeadlines();
+  // Stops every process left (SIGTERM, grace, SIGKILL; at once on a second Ctrl-C) and reaps.
+  void StopEverything(bool graceful);
+  void Say(const std::string& line);
+  void ShowProgress(bool force_line);
+  void ClearBar();
+  void WriteStatusFile();
+  Summary BuildSummary(int exit_code, const std::string& phase, const std::string& reason,
+                       const std::string& message);
+  void PrintSummary(const Summary& s);
+  bool WriteSummaryJson(const Summary& s);
+
+  const RunOptions& options_;
+  api::TrainingJob job_;
+  std::optional<train::TrainerConfig> trainer_;
+  std::vector<std::string> byo_command_;
+  nlohmann::json container_;
+  fs::path run_dir_;
+  std::string worker_binary_;
+  lifecycle::Policy policy_;
+  int64_t procs_per_worker_;
+  bool tty_;
+
+  lifecycle::Status status_;
+  std::map<int64_t, LocalWorker> workers_;
+  Clock::time_point started_ = Clock::now();
+  // Rank 0's /progress: the latest report, and for the ETA the first report of the attempt.
+  std::optional<ProgressReport> progress_;
+  int64_t progress_attempt_ = -1;
+  std::optional<std::pair<Clock::time_point, int64_t>> rate_origin_;
+  Clock::time_point next_poll_ = Clock::now();
+  Clock::time_point next_line_ = Clock::now();
+  double tokens_per_second_sum_ = 0;
+  int64_t tokens_per_second_count_ = 0;
+  int64_t last_counted_step_ = -1;
+  bool bar_shown_ = false;
+  std::string last_status_json_;
+};
+
+void LocalRun::Say(const std::string& line) {
+  ClearBar();
+  std::cout << line << std::endl;
+}
+
+void LocalRun::ClearBar() {
+  if (bar_shown_) {
+    std::cerr << "\r\x1b[K" << std::flush;
+    bar_shown_ = false;
+  }
+}
+
+void LocalRun::Reap() {
+  for (auto& [index, worker] : workers_) {
+    for (Rank& r : worker.ranks) {
+      if (r.exit_code)
+        continue;
+      const std::optional<int> code = ReapIfExited(r.pid);
+      if (!code)
+        continue;
+      r.exit_code = code;
+      r.finished_at = std::chrono::system_clock::now();
+      // Whatever the rank left behind in its group goes with it.
+      SignalProcessGroup(r.pid, SIGKILL);
+    }
+    const Rank* failed = worker.FirstFailure();
+    if (failed != nullptr && !worker.failure_reported && !worker.deleting) {
+      worker.failure_reported = true;
+      std::string text =
+          fmt::format("worker-{} rank {} (pid {}) {}; last lines of {}:", index, failed->rank,
+                      failed->pid, SignalDescription(*failed->exit_code), failed->log_path);
+      for (const std::string& line : TailLines(failed->log_path, 5))
+        text += "\n  | " + line;
+      Say(text);
+      // The agent's rule (DESIGN.md §3): one rank down stops the worker's other ranks.
+      for (const Rank& r : worker.ranks) {
+        if (!r.exit_code)
+          SignalProcessGroup(r.pid, SIGKILL);
+      }
+    }
+  }
+}
+
+lifecycle::Observation LocalRun::Observe() {
+  lifecycle::Observation obs;
+  for (const auto& [index, worker] : workers_) {
+    lifecycle::Worker w;
+    w.index = index;
+    w.attempt = worker.attempt;
+    w.deleting = worker.deleting;
+    if (const Rank* failed = worker.FirstFailure()) {
+      w.phase = lifecycle::WorkerPhase::kFailed;
+      w.exit_code = *failed->exit_code;
+      w.finished_at = failed->finished_at;
+      w.reason = *failed->exit_code > 128 ? "Signaled" : "Error";
+      w.message = fmt::format("rank {} {}", failed->rank, SignalDescription(*failed->exit_code));
+    } else if (worker.AllExited()) {
+      w.phase = lifecycle::WorkerPhase::kSucceeded;
+      w.exit_code = 0;
+      for (const Rank& r : worker.ranks)
+        w.finished_at = std::max(w.finished_at.value_or(*r.finished_at), *r.finished_at);
+    } else {
+      w.phase = lifecycle::WorkerPhase::kRunning;
+      w.ready = true;
+    }
+    obs.workers.push_back(std::move(w));
+  }
+  if (progress_ && progress_attempt_ == status_.attempt)
+    obs.progress = lifecycle::Observation::ProgressReport{progress_attempt_, progress_->step};
+  return obs;
+}
+
+void LocalRun::PollProgress() {
+  if (!trainer_ || Clock::now() < next_poll_)
+    return;
+  next_poll_ = Clock::now() + std::chrono::milliseconds(
+                                  static_cast<int64_t>(options_.progress_interval_seconds * 1000));
+  auto it = workers_.find(0);
+  if (it == workers_.end() || it->second.deleting || it->second.ranks.empty() ||
+      it->second.ranks[0].exit_code) {
+    return;
+  }
+  const LocalWorker& zero = it->second;
+  const std::optional<ProgressReport> report = FetchProgress(zero.ranks[0].metrics_port, 500);
+  if (!report)
+    return;
+  if (progress_attempt_ != zero.attempt) {
+    progress_attempt_ = zero.attempt;
+    rate_origin_.reset();
+  }
+  if (!rate_origin_ && report->step > 0)
+    rate_origin_ = {Clock::now(), report->step};
+  if (report->step > 0 && report->step != last_counted_step_) {
+    last_counted_step_ = report->step;
+    tokens_per_second_sum_ += report->tokens_per_second;
+    ++tokens_per_second_count_;
+  }
+  progress_ = report;
+}
+
+void LocalRun::ShowProgress(bool force_line) {
+  if (!progress_)
+    return;
+  ProgressView view;
+  view.report = *progress_;
+  view.attempt = status_.attempt;
+  view.restarts = status_.restarts;
+  if (rate_origin_ && progress_->step > rate_origin_->second) {
+    const double rate =
+        (progress_->step - rate_origin_->second) / SecondsSince(rate_origin_->first);
+    if (rate > 0)
+      view.eta_seconds = (progress_->total_steps - progress_->step) / rate;
+  }
+  if (tty_ && !force_line) {
+    std::cerr << "\r" << FormatProgressBar(view, TerminalWidth() - 1) << "\x1b[K" << std::flush;
+    bar_shown_ = true;
+    return;
+  }
+  if (force_line || Clock::now() >= next_line_) {
+    next_line_ = Clock::now() + std::chrono::milliseconds(
+                                    static_cast<int64_t>(options_.log_interval_seconds * 1000));
+    Say(FormatProgressLine(view));
+  }
+}
+
+void LocalRun::CreateWorkers(const lifecycle::CreateWorkers& create) {
+  // Fresh ports per attempt: the previous attempt's may linger in TIME_WAIT.
+  const int rdzv_port = FreeLoopbackPort();
+  int master_port = FreeLoopbackPort();
+  while (master_port == rdzv_port)
+    master_port = FreeLoopbackPort();
+  const std::string endpoint = fmt::format("127.0.0.1:{}", rdzv_port);
+  const std::string token = RandomHex(16);
+  const std::string checkpoint_dir = trainer_ ? trainer_->checkpoint.dir : "";
+  const int64_t world = api::WorldSize(job_.spec);
+  const char* omp = std::getenv("OMP_NUM_THREADS");
+  const std::string threads =
+      std::to_string(std::max<int64_t>(1, UsableCores() / std::max<int64_t>(1, world)));
+
+  for (int64_t index : create.indices) {
+    LocalWorker worker;
+    worker.index = index;
+    worker.attempt = create.attempt;
+    auto env = api::WorkerEnvironment(job_, create.attempt, index, endpoint, token);
+    for (auto& [key, value] : env) {
+      if (key == "MASTER_PORT" || key == "PET_MASTER_PORT")
+        value = std::to_string(master_port);
+      if (key == "TESSERA_NAMESPACE" && value.empty())
+        value = "default";
+      if (key == "TESSERA_CHECKPOINT_DIR")
+        value = checkpoint_dir;
+    }
+    if (container_.contains("env") && container_["env"].is_array()) {
+      for (const nlohmann::json& e : container_["env"]) {
+        if (e.is_object() && e.contains("name") && e["name"].is_string() && e.contains("value") &&
+            e["value"].is_string()) {
+          env.emplace_back(e["name"].get<std::string>(), e["value"].get<std::string>());
+        }
+      }
+    }
+    for (int64_t local = 0; local < procs_per_worker_; ++local) {
+      Rank r;
+      r.local_rank = local;
+      r.rank = index * procs_per_worker_ + local;
+      r.metrics_port = FreeLoopbackPort();
+      r.log_path =
+          (run_dir_ / "logs" / fmt::format("worker-{}-rank-{}.log", index, local)).string();
+      ProcessSpec spec;
+      spec.env = env;
+      for (auto& [key, value] : spec.env) {
+        if (key == "TESSERA_METRICS_PORT")
+          value = std::to_string(r.metrics_port);
+      }
+      spec.env.emplace_back("RANK", std::to_string(r.rank));
+      spec.env.emplace_back("LOCAL_RANK", std::to_string(local));
+      spec.env.emplace_back("LOCAL_WORLD_SIZE", std::to_string(procs_per_worker_));
+      spec.env.emplace_back("GROUP_RANK", std::to_string(index));
+      if (omp == nullptr || *omp == '\0')
+        spec.env.emplace_back("OMP_NUM_THREADS", threads);
+      if (trainer_) {
+        spec.argv = {worker_binary_, "rank", "--config", (run_dir_ / "trainer.yaml").string()};
+      } else {
+        spec.argv = byo_command_;
+      }
+      spec.log_path = r.log_path;
+      {
+        std::ofstream log(r.log_path, std::ios::app);
+        log << fmt::format("==== tessera run: attempt {}, worker {}, rank {} ====\n",
+                           create.attempt, index, r.rank);
+      }
+      std::string error;
+      r.pid = StartProcessGroup(spec, &error);
+      if (r.pid < 0) {
+        // Reported as a failed rank, so the lifecycle decides (restart or fail) as for a crash.
+        Say(fmt::format("worker-{} rank {}: cannot start: {}", index, r.rank, error));
+        r.exit_code = 127;
+        r.finished_at = std::chrono::system_clock::now();
+      }
+      worker.ranks.push_back(std::move(r));
+    }
+    workers_[index] = std::move(worker);
+  }
+  if (trainer_) {
+    const int port = workers_.count(0) ? workers_[0].ranks[0].metrics_port : 0;
+    Say(
+        fmt::format("attempt {}: {} rank(s) started; rank 0 metrics on "
+                    "http://127.0.0.1:{}/metrics and /progress",
+                    create.attempt, world, port));
+  } else {
+    Say(fmt::format("attempt {}: {} rank(s) started: {} (MASTER_ADDR=127.0.0.1 MASTER_PORT={})",
+                    create.attempt, world, fmt::join(byo_command_, " "), master_port));
+  }
+  WriteStatusFile();
+}
+
+void LocalRun::DeleteWorkers(const lifecycle::DeleteWorkers& del) {
+  for (int64_t index : del.indices) {
+    auto it = workers_.find(index);
+    if (it == workers_.end())
+      continue;
+    LocalWorker& worker = it->second;
+    if (worker.AllExited()) {
+      workers_.erase(it);
+      continue;
+    }
+    if (!worker.deleting || del.force) {
+      for (const Rank& r : worker.ranks) {
+        if (!r.exit_code)
+          SignalProcessGroup(r.pid, del.force ? SIGKILL : SIGTERM);
+      }
+      worker.deleting = true;
+      worker.kill_at = Clock::now() + std::chrono::milliseconds(
+                                          static_cast<int64_t>(options_.grace_seconds * 1000));
+    }
+  }
+}
+
+void LocalRun::EnforceKillDeadlines() {
+  for (auto it = workers_.begin(); it != workers_.end();) {
+    LocalWorker& worker = it->second;
+    if (worker.deleting && worker.AllExited()) {
+      it = workers_.erase(it);
+      continue;
+    }
+    if (worker.deleting && worker.kill_at && Clock::now() >= *worker.kill_at) {
+      for (const Rank& r : worker.ranks) {
+        if (!r.exit_code)
+          SignalProcessGroup(r.pid, SIGKILL);
+      }
+    }
+    ++it;
+  }
+}
+
+void LocalRun::Apply(const lifecycle::Action& action) {
+  if (const auto* create = std::get_if<lifecycle::CreateWorkers>(&action)) {
+    CreateWorkers(*create);
+  } else if (const auto* del = std::get_if<lifecycle::DeleteWorkers>(&action)) {
+    DeleteWorkers(*del);
+  } else if (const auto* event = std::get_if<lifecycle::RecordEvent>(&action)) {
+    // Creation events are told by CreateWorkers with the ports; the rest as they come.
+    if (event->reason != lifecycle::reason::kWorkersCreated)
+      Say(fmt::format("{}: {}", event->reason, event->message));
+  }
+  // DeleteJob (ttlSecondsAfterFinished) has no local meaning: the run directory stays.
+}
+
+void LocalRun::StopEverything(bool graceful) {
+  const auto kill_at =
+      Clock::now() +
+      std::chrono::milliseconds(static_cast<int64_t>(graceful ? options_.grace_seconds * 1000 : 0));
+  const int count_at_start = g_stop_count;
+  for (auto& [index, worker] : workers_) {
+    worker.deleting = true;  // what they exit with now is our doing, not a failure to report
+    for (const Rank& r : worker.ranks) {
+      if (!r.exit_code)
+        SignalProcessGroup(r.pid, graceful ? SIGTERM : SIGKILL);
+    }
+  }
+  bool killed = !graceful;
+  while (true) {
+    Reap();
+    bool running = false;
+    for (auto& [index, worker] : workers_)
+      running = running || !worker.AllExited();
+    if (!running)
+      break;
+    if (!killed && (Clock::now() >= kill_at || g_stop_count > count_at_start)) {
+      if (g_stop_count > count_at_start)
+        Say("second interrupt: killing every rank now");
+      for (auto& [index, worker] : workers_) {
+        for (const Rank& r : worker.ranks) {
+          if (!r.exit_code)
+            SignalProcessGroup(r.pid, SIGKILL);
+        }
+      }
+      killed = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  WriteStatusFile();
+}
+
+void LocalRun::WriteStatusFile() {
+  nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
+  for (const auto& [index, worker] : workers_) {
+    for (const Rank& r : worker.ranks) {
+      nlohmann::ordered_json j = {{"worker", index},   {"attempt", worker.attempt},
+                                  {"rank", r.rank},    {"localRank", r.local_rank},
+                                  {"pid", r.pid},      {"metricsPort", r.metrics_port},
+                                  {"log", r.log_path}, {"running", !r.exit_code.has_value()}};
+      if (r.exit_code)
+        j["exitCode"] = *r.exit_code;
+      ranks.push_back(std::move(j));
+    }
+  }
+  const nlohmann::ordered_json doc = {
+      {"job", job_.metadata.name},  {"phase", std::string(lifecycle::ToString(status_.phase))},
+      {"attempt", status_.attempt}, {"restarts", status_.restarts},
+      {"runnerPid", ::getpid()},    {"ranks", ranks}};
+  const std::string text = doc.dump(2) + "\n";
+  if (text != last_status_json_ && WriteFileAtomically(run_dir_ / "status.json", text))
+    last_status_json_ = text;
+}
+
+Summary LocalRun::BuildSummary(int exit_code, const std::string& phase, const std::string& reason,
+                               const std::string& message) {
+  Summary s;
+  s.phase = phase;
+  s.reason = reason;
+  s.message = message;
+  s.exit_code = exit_code;
+  s.wall_seconds = SecondsSince(started_);
+  s.restarts = status_.restarts;
+  s.attempts = status_.attempt + 1;
+  s.run_dir = run_dir_.string();
+  if (progress_) {
+    s.steps = progress_->step;
+    s.total_steps = progress_->total_steps;
+    s.train_loss = progress_->loss;
+    s.val_loss = progress_->val_loss;
+  }
+  if (tokens_per_second_count_ > 0)
+    s.tokens_per_second = tokens_per_second_sum_ / tokens_per_second_count_;
+  if (trainer_) {
+    s.total_steps = trainer_->schedule.steps;
+    // The newest checkpoint holds the exact losses of the last step trained.
+    if (!trainer_->checkpoint.dir.empty()) {
+      train::CheckpointStore store(trainer_->checkpoint.dir);
+      train::CheckpointMeta meta;
+      if (const std::optional<int64_t> step = store.NewestComplete();
+          step && store.ReadMeta(*step, &meta).ok() && meta.step >= s.steps) {
+        s.steps = meta.step;
+        s.train_loss = meta.loss;
+        if (meta.val_loss)
+          s.val_loss = meta.val_loss;
+        s.checkpoint = store.StepDir(*step);
+      }
+    }
+  }
+  return s;
+}
+
+void LocalRun::PrintSummary(const Summary& s) {
+  ClearBar();
+  auto loss = [](const std::optional<double>& v) {
+    return v ? fmt::format("{:.4f}", *v) : std::string("n/a");
+  };
+  std::ostringstream out;
+  out << fmt::format("\n{} {} in {}", job_.metadata.name, s.phase, FormatDuration(s.wall_seconds));
+  if (!s.reason.empty())
+    out << fmt::format(" ({}: {})", s.reason, s.message);
+  out << "\n";
+  if (trainer_) {
+    out << fmt::format("  steps        {}/{}\n", s.steps, s.total_steps);
+    out << fmt::format("  train loss   {}\n", loss(s.train_loss));
+    out << fmt::format("  val loss     {}\n", loss(s.val_loss));
+    out << fmt::format("  tokens/s     {}\n", s.tokens_per_second
+                                                  ? fmt::format("{:.0f}", *s.tokens_per_second)
+                                                  : std::string("n/a"));
+  }
+  out << fmt::format("  wall time    {:.1f} s\n", s.wall_seconds);
+  out << fmt::format("  restarts     {}\n", s.restarts);
+  if (trainer_)
+    out << fmt::format("  checkpoint   {}\n", s.checkpoint.empty() ? "none" : s.checkpoint);
+  out << fmt::format("  logs         {}\n", (run_dir_ / "logs").string());
+  std::cout << out.str() << std::flush;
+}
+
+bool LocalRun::WriteSummaryJson(const Summary& s) {
+  if (options_.summary_json.empty())
+    return true;
+  auto opt = [](const std::optional<double>& v) {
+    return v ? nlohmann::ordered_json(*v) : nlohmann::ordered_json(nullptr);
+  };
+  nlohmann::ordered_json j = {
+      {"job", job_.metadata.name},
+      {"phase", s.phase},
+      {"reason", s.reason},
+      {"message", s.message},
+      {"exit_code", s.exit_code},
+      {"steps", s.steps},
+      {"total_steps", s.total_steps},
+      {"final_train_loss", opt(s.train_loss)},
+      {"final_val_loss", opt(s.val_loss)},
+      {"tokens_per_second", opt(s.tokens_per_second)},
+      {"wall_seconds", s.wall_seconds},
+      {"restarts", s.restarts},
+      {"attempts", s.attempts},
+      {"checkpoint", s.checkpoint.empty() ? nlohmann::ordered_json(nullptr)
+                                          : nlohmann::ordered_json(s.checkpoint)},
+      {"run_dir", s.run_dir},
+      {"builtin_trainer", trainer_.has_value()},
+  };
+  if (!s.sample.empty())
+    j["sample"] = s.sample;
+  std::ofstream out(options_.summary_json, std::ios::trunc);
+  out << j.dump(2) << "\n";
+  if (!out) {
+    std::cerr << "tessera run: " << options_.summary_json << ": cannot write the summary\n";
+    return false;
+  }
+  return true;
+}
+
+int LocalRun::Run() {
+  Say(fmt::format(
+      "tessera run: job {}: {} worker(s) x {} rank(s), {}; run directory {}", job_.metadata.name,
+      job_.spec.workers, procs_per_worker_,
+      trainer_ ? "built-in trainer" : "command " + fmt::format("{}", fmt::join(byo_command_, " ")),
+      run_dir_.string()));
+  while (true) {
+    Reap();
+    if (g_stop_signal != 0)
+      break;
+    EnforceKillDeadlines();
+    PollProgress();
+    const lifecycle::Decision decision =
+        lifecycle::Decide(policy_, status_, Observe(), std::chrono::system_clock::now());
+    const bool restarted = decision.status.restarts > status_.restarts;
+    status_ = decision.status;
+    for (const lifecycle::Action& action : decision.actions)
+      Apply(action);
+    if (restarted) {
+      progress_.reset();
+      rate_origin_.reset();
+    }
+    WriteStatusFile();
+    if (lifecycle::IsFinished(status_.phase))
+      break;
+    if (status_.phase == Phase::kRunning)
+      ShowProgress(false);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+
+  if (g_stop_signal != 0) {
+    const int signal = g_stop_signal;
+    Say(
+        fmt::format("{}: asking every rank to checkpoint and stop (SIGTERM; SIGKILL after {} s; "
+                    "press Ctrl-C again to kill now)",
+                    signal == SIGINT ? "interrupted" : "terminated", options_.grace_seconds));
+    StopEverything(/*graceful=*/true);
+    const int code = signal == SIGINT ? kRunInterrupted : kRunTerminated;
+    const Summary s = BuildSummary(code, "Interrupted", "", "");
+    PrintSummary(s);
+    WriteSummaryJson(s);
+    return code;
+  }
+
+  // Finished: the lifecycle's clean-up ran; locally nothing may outlive the run.
+  StopEverything(/*graceful=*/true);
+  const lifecycle::Condition* failed =
+      lifecycle::FindCondition(status_, lifecycle::ConditionType::kFailed);
+  int code = kRunSucceeded;
+  std::string reason;
+  std::string message;
+  if (status_.phase == Phase::kFailed) {
+    reason = failed ? failed->reason : "";
+    message = failed ? failed->message : "";
+    code = reason == lifecycle::reason::kPermanentExitCode ? kRunPermanentExit : kRunFailed;
+  }
+  Summary s = BuildSummary(code, std::string(lifecycle::ToString(status_.phase)), reason, message);
+  if (code == kRunSucceeded && trainer_ && options_.sample_chars > 0) {
+    SampleOptions sample;
+    sample.prompt = options_.sample_prompt;
+    sample.length = options_.sample_chars;
+    sample.seed = trainer_->seed;
+    if (train::Status st = SampleText(*trainer_, sample, &s.sample); !st.ok())
+      Say("sample: " + st.message());
+  }
+  PrintSummary(s);
+  if (!s.sample.empty()) {
+    std::cout << fmt::format("\nsample ({} bytes after {:?}, temperature 0.8):\n{}{}\n",
+                             s.sample.size(), options_.sample_prompt, options_.sample_prompt,
+                             s.sample);
+  }
+  if (!WriteSummaryJson(s) && code == kRunSucceeded)
+    code = kRunFailed;
+  return code;
+}
+
+// Reads, overrides, validates and defaults the job; exit code on failure.
+int LoadJob(const RunOptions& options, api::TrainingJob* job) {
+  std::ifstream in(options.file, std::ios::binary);
+  if (!in)
+    return BadConfig(options.file + ": cannot read the file");
+  std::stringstream text;
+  text << in.rdbuf();
+  const api::ParsedYaml parsed = api::ParseYaml(text.str());
+  if (!parsed.ok())
+    return BadConfig(options.file + ": not valid YAML: " + parsed.error);
+  if (parsed.documents.size() != 1) {
+    return BadConfig(
+        fmt::format("{}: holds {} documents; tessera run takes exactly one TrainingJob",
+                    options.file, parsed.documents.size()));
+  }
+  nlohmann::json document = parsed.documents.front();
+  for (const std::string& assignment : options.sets) {
+    if (const std::string error = ApplySetOverride(assignment, &document); !error.empty())
+      return BadConfig(error);
+  }
+  const std::vector<api::FieldError> errors = api::ValidateDocument(document);
+  if (!errors.empty()) {
+    // The lines `tessera validate` prints, on stderr.
+    for (const api::FieldError& e : errors) {
+      std::cerr << options.file << ": " << (e.path.empty() ? "(document)" : e.path) << ": "
+                << e.message << "\n";
+    }
+    return kRunBadConfig;
+  }
+  api::DecodeResult decoded = api::DecodeJson(document);
+  if (!decoded.job)
+    return BadConfig(options.file + ": not a TrainingJob");
+  *job = std::move(*decoded.job);
+  api::ApplyDefaults(*job);
+  return kRunSucceeded;
+}
+
+std::string DefaultWorkerBinary() {
+  if (const char* env = std::getenv("TESSERA_WORKER_BINARY"); env != nullptr && *env != '\0')
+    return env;
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (ec)
+    return "tessera-worker";
+  return (self.parent_path() / "tessera-worker").string();
+}
+
+}  // namespace
+
+int RunJob(const RunOptions& options) {
+  api::TrainingJob job;
+  if (const int rc = LoadJob(options, &job); rc != kRunSucceeded)
+    return rc;
+  if (job.spec.suspend) {
+    return BadConfig(options.file +
+                     ": spec.suspend is true, so there is nothing to run; set it to false "
+                     "(--set spec.suspend=false)");
+  }
+
+  nlohmann::json container = nlohmann::json::object();
+  const std::vector<std::string> byo = WorkerCommand(job, &container);
+  std::optional<train::TrainerConfig> trainer;
+  std::string worker_binary;
+  const fs::path run_dir = fs::absolute(
+      options.workdir.empty() ? fs::path("runs") / job.metadata.name : fs::path(options.workdir));
+  if (byo.empty()) {
+    if (!job.spec.trainer) {
+      return BadConfig(options.file +
+                       ": spec.trainer: missing, and the worker container has no command; give "
+                       "one of them");
+    }
+    const int64_t world = api::WorldSize(job.spec);
+    if (world > kBuiltinTrainerMaxWorldSize) {
+      return BadConfig(fmt::format(
+          "{}: workers x procsPerWorker = {} ranks, but multi-rank training with the built-in "
+          "trainer is not available in this build yet; run one rank (--set spec.workers=1 --set "
+          "spec.procsPerWorker=1 --set spec.parallelism.data=1) or bring your own command",
+          options.file, world));
+    }
+    train::TrainerConfig config;
+    if (train::Status st = train::TrainerConfigFromJob(job, &config); !st.ok())
+      return BadConfig(options.file + ": " + st.message());
+    std::error_code ec;
+    if (!fs::is_regular_file(config.data.path, ec)) {
+      return BadConfig(fmt::format(
+          "{}: spec.trainer.data.path: {}: no such file (relative paths are relative to the "
+          "working directory, {})",
+          options.file, config.data.path, fs::current_path().string()));
+    }
+    config.data.path = fs::absolute(config.data.path).string();
+    // Locally the job's checkpoint.dir (a path inside the pod) is replaced by the run
+    // directory's; cadence and retention stay as the job says.
+    if (job.spec.trainer->checkpoint)
+      config.checkpoint.dir = (run_dir / "checkpoints").string();
+    config.metrics.port = 0;
+    if (train::Status st = train::ValidateTrainerConfig(config, static_cast<int>(world)); !st.ok())
+      return BadConfig(options.file + ": " + st.message());
+    trainer = config;
+    worker_binary = options.worker_binary.empty() ? DefaultWorkerBinary() : options.worker_binary;
+    if (::access(worker_binary.c_str(), X_OK) != 0) {
+      return BadConfig(worker_binary +
+                       ": tessera-worker not found or not executable; build it next to tessera "
+                       "or pass --worker-binary");
+    }
+  }
+
+  std::error_code ec;
+  fs::create_directories(run_dir / "logs", ec);
+  if (ec)
+    return BadConfig(run_dir.string() + ": cannot create the run directory: " + ec.message());
+  // One `tessera run` per run directory at a time; the lock goes with the process.
+  const int lock_fd = ::open((run_dir / ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_fd < 0 || ::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    return BadConfig(run_dir.string() +
+                     ": another tessera run is using this run directory; wait for it or pass "
+                     "--workdir");
+  }
+  if (!options.resume) {
+    fs::remove_all(run_dir / "checkpoints", ec);
+    for (const auto& entry : fs::directory_iterator(run_dir / "logs", ec))
+      fs::remove(entry.path(), ec);
+  }
+  nlohmann::json resolved = api::EncodeJson(job);
+  if (!WriteFileAtomically(run_dir / "job.json", resolved.dump(2) + "\n") ||
+      (trainer &&
+       !WriteFileAtomically(run_dir / "trainer.yaml", train::TrainerConfigYaml(*trainer)))) {
+    ::close(lock_fd);
+    return BadConfig(run_dir.string() + ": cannot write into the run directory");
+  }
+
+  g_stop_signal = 0;
+  g_stop_count = 0;
+  struct sigaction action {};
+  action.sa_handler = OnStopSignal;
+  sigemptyset(&action.sa_mask);
+  struct sigaction old_int {
+  }, old_term{}, old_pipe{};
+  ::sigaction(SIGINT, &action, &old_int);
+  ::sigaction(SIGTERM, &action, &old_term);
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  ::sigaction(SIGPIPE, &ignore, &old_pipe);
+
+  LocalRun run(options, std::move(job), std::move(trainer), byo, std::move(container), run_dir,
+               worker_binary);
+  const int rc = run.Run();
+
+  ::sigaction(SIGINT, &old_int, nullptr);
+  ::sigaction(SIGTERM, &old_term, nullptr);
+  ::sigaction(SIGPIPE, &old_pipe, nullptr);
+  ::close(lock_fd);
+  return rc;
+}
+
+}  // namespace tessera::cli

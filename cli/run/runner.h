@@ -1,0 +1,45 @@
+// `tessera run`: one TrainingJob on this machine (DESIGN.md §7). Starts `workers` ×
+// `procsPerWorker` rank processes with the environment of DESIGN.md §3 on 127.0.0.1, drives
+// them with lifecycle::Decide (gang restart from the newest checkpoint, backoff, permanent exit
+// codes, deadlines, progress deadline), shows progress and ends with a summary. No Kubernetes;
+// docs/local-mode.md is the user's guide.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace tessera::cli {
+
+// Exit codes of `tessera run` (docs/local-mode.md).
+inline constexpr int kRunSucceeded = 0;
+inline constexpr int kRunFailed = 1;         // the job failed (backoff limit, deadline, ...)
+inline constexpr int kRunBadConfig = 2;      // nothing started: invalid file or environment
+inline constexpr int kRunPermanentExit = 3;  // a rank exited with one of permanentExitCodes
+inline constexpr int kRunInterrupted = 130;  // SIGINT (Ctrl-C): ranks checkpointed and stopped
+inline constexpr int kRunTerminated = 143;   // SIGTERM: the same
+
+// The largest WORLD_SIZE the built-in trainer accepts in this build.
+inline constexpr int kBuiltinTrainerMaxWorldSize = 1;
+
+struct RunOptions {
+  std::string file;               // the TrainingJob YAML
+  std::vector<std::string> sets;  // `path=value` overrides, applied in order
+  std::string summary_json;       // write the summary here as JSON; empty: do not
+  std::string workdir;            // the run directory; empty: runs/<job name>
+  bool resume = false;            // keep the run directory's checkpoints and continue
+  double grace_seconds = 30;      // SIGTERM to SIGKILL when stopping ranks
+  int sample_chars = 0;           // built-in trainer: print this many sampled bytes at the end
+  std::string sample_prompt = "\n";
+  std::string worker_binary;  // tessera-worker; empty: $TESSERA_WORKER_BINARY, else next to
+                              // the running executable
+  double progress_interval_seconds = 1;  // how often rank 0's /progress is read
+  double log_interval_seconds = 10;      // plain progress lines when stderr is not a terminal
+};
+
+// Runs the job and returns one of the exit codes above. Prints events, progress and the
+// summary; errors that stop the run before anything starts are one line each on stderr.
+// Installs handlers for SIGINT and SIGTERM while it runs. Not reentrant. Every process it
+// started has been reaped when it returns.
+int RunJob(const RunOptions& options);
+
+}  // namespace tessera::cli

@@ -1,0 +1,148 @@
+// The two mappings from a TrainingJob: lifecycle::PolicyFromJob and
+// train::TrainerConfigFromJob (with its YAML round trip).
+#include <gtest/gtest.h>
+
+#include "api/codec.h"
+#include "api/validate.h"
+#include "lifecycle/from_api.h"
+#include "worker/train/from_api.h"
+
+namespace tessera {
+namespace {
+
+// Decodes and defaults a job; the schema's required fields are not insisted on, so that tests
+// can hand the mappings jobs the validator would refuse.
+api::TrainingJob Decode(const std::string& yaml) {
+  api::DecodeResult r = api::DecodeYaml(yaml);
+  EXPECT_TRUE(r.job.has_value());
+  api::TrainingJob job = *r.job;
+  api::ApplyDefaults(job);
+  return job;
+}
+
+constexpr char kJob[] = R"(
+apiVersion: tessera.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: j}
+spec:
+  workers: 2
+  parallelism: {microBatches: 2}
+  trainer:
+    model: {layers: 3, dModel: 96, heads: 4, seqLen: 32}
+    data: {path: data/x.txt, validationFraction: 0.2}
+    batch: {global: 8}
+    optimizer: {lr: 1.5e-3, weightDecay: 0.05, beta1: 0.8, beta2: 0.99, gradClip: 0.5}
+    schedule: {steps: 123, warmupSteps: 7, decay: constant}
+    seed: 42
+    checkpoint: {dir: /ckpt, everySteps: 10, keep: 5}
+  runPolicy:
+    backoffLimit: 4
+    permanentExitCodes: [2, 3]
+    activeDeadlineSeconds: 900
+    progressDeadlineSeconds: 0
+    cleanPodPolicy: All
+  scheduling: {gang: false, startupTimeoutSeconds: 60}
+  metrics: {port: 9500}
+)";
+
+TEST(PolicyFromJob, MapsTheRunPolicy) {
+  const lifecycle::Policy p = lifecycle::PolicyFromJob(Decode(kJob));
+  EXPECT_EQ(p.workers, 2);
+  EXPECT_EQ(p.backoff_limit, 4);
+  EXPECT_EQ(p.permanent_exit_codes, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(p.active_deadline_seconds, std::optional<int64_t>(900));
+  EXPECT_FALSE(p.progress_deadline_seconds.has_value());  // 0 is off
+  EXPECT_EQ(p.clean_pod_policy, lifecycle::CleanPodPolicy::kAll);
+  EXPECT_FALSE(p.gang);
+  EXPECT_EQ(p.startup_timeout_seconds, std::optional<int64_t>(60));
+  EXPECT_FALSE(p.suspend);
+}
+
+TEST(PolicyFromJob, DefaultsMatchTheDesign) {
+  const lifecycle::Policy p = lifecycle::PolicyFromJob(
+      Decode("apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: j}\n"
+             "spec: {trainer: {data: {path: x}}}\n"));
+  EXPECT_EQ(p.workers, 1);
+  EXPECT_EQ(p.backoff_limit, 3);
+  EXPECT_EQ(p.permanent_exit_codes, (std::vector<int64_t>{2}));
+  EXPECT_EQ(p.progress_deadline_seconds, std::optional<int64_t>(600));
+  EXPECT_FALSE(p.active_deadline_seconds.has_value());
+  EXPECT_EQ(p.clean_pod_policy, lifecycle::CleanPodPolicy::kRunning);
+  EXPECT_TRUE(p.gang);
+}
+
+TEST(TrainerConfigFromJob, MapsEveryTrainerField) {
+  train::TrainerConfig c;
+  ASSERT_TRUE(train::TrainerConfigFromJob(Decode(kJob), &c).ok());
+  EXPECT_EQ(c.model.layers, 3);
+  EXPECT_EQ(c.model.d_model, 96);
+  EXPECT_EQ(c.model.heads, 4);
+  EXPECT_EQ(c.model.seq_len, 32);
+  EXPECT_EQ(c.model.vocab, 256);
+  EXPECT_EQ(c.data.path, "data/x.txt");
+  EXPECT_DOUBLE_EQ(c.data.validation_fraction, 0.2);
+  EXPECT_EQ(c.batch.global, 8);
+  EXPECT_EQ(c.batch.micro_batches, 2);
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 1.5e-3);
+  EXPECT_DOUBLE_EQ(c.optimizer.weight_decay, 0.05);
+  EXPECT_DOUBLE_EQ(c.optimizer.beta1, 0.8);
+  EXPECT_DOUBLE_EQ(c.optimizer.beta2, 0.99);
+  EXPECT_DOUBLE_EQ(c.optimizer.grad_clip, 0.5);
+  EXPECT_EQ(c.schedule.steps, 123);
+  EXPECT_EQ(c.schedule.warmup_steps, 7);
+  EXPECT_EQ(c.schedule.decay, train::Decay::kConstant);
+  EXPECT_EQ(c.seed, 42u);
+  EXPECT_EQ(c.checkpoint.dir, "/ckpt");
+  EXPECT_EQ(c.checkpoint.every_steps, 10);
+  EXPECT_EQ(c.checkpoint.keep, 5);
+  EXPECT_EQ(c.metrics.port, 9500);
+}
+
+TEST(TrainerConfigFromJob, YamlRoundTripKeepsTheTrajectory) {
+  train::TrainerConfig c;
+  ASSERT_TRUE(train::TrainerConfigFromJob(Decode(kJob), &c).ok());
+  train::TrainerConfig back;
+  const train::Status st =
+      train::ParseTrainerConfigYaml(train::TrainerConfigYaml(c), "roundtrip", &back);
+  ASSERT_TRUE(st.ok()) << st.message();
+  EXPECT_EQ(train::TrajectoryJson(back), train::TrajectoryJson(c));
+  EXPECT_EQ(back.checkpoint.dir, c.checkpoint.dir);
+  EXPECT_EQ(back.checkpoint.every_steps, c.checkpoint.every_steps);
+  EXPECT_EQ(back.checkpoint.keep, c.checkpoint.keep);
+  EXPECT_EQ(back.metrics.port, c.metrics.port);
+  EXPECT_EQ(back.batch.micro_batches, c.batch.micro_batches);
+}
+
+TEST(TrainerConfigFromJob, NoCheckpointSectionMeansNoCheckpoints) {
+  train::TrainerConfig c;
+  ASSERT_TRUE(train::TrainerConfigFromJob(
+                  Decode("apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: "
+                         "j}\nspec: {trainer: {data: {path: x}}}\n"),
+                  &c)
+                  .ok());
+  EXPECT_TRUE(c.checkpoint.dir.empty());
+}
+
+struct Unsupported {
+  std::string set;  // replaces a line of the trainer section
+  std::string field;
+};
+
+TEST(TrainerConfigFromJob, RefusesWhatTheBuiltinTrainerCannotDo) {
+  const std::string head =
+      "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: j}\nspec:\n";
+  for (const Unsupported& u : std::vector<Unsupported>{
+           {"  trainer: {data: {path: x}, precision: bf16}\n", "spec.trainer.precision"},
+           {"  trainer: {data: {path: x, tokenizer: uint16}}\n", "spec.trainer.data.tokenizer"},
+           {"  trainer: {data: {}}\n", "spec.trainer.data.path"},
+           {"  workers: 1\n", "spec.trainer"},
+       }) {
+    train::TrainerConfig c;
+    const train::Status st = train::TrainerConfigFromJob(Decode(head + u.set), &c);
+    EXPECT_EQ(st.code(), train::ExitCode::kBadConfig) << u.set;
+    EXPECT_EQ(st.message().rfind(u.field, 0), 0u) << st.message();
+  }
+}
+
+}  // namespace
+}  // namespace tessera
