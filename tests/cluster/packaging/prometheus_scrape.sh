@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A real Prometheus (Debian's package) scrapes a training `tessera-worker rank`, and every
 # panel query of the "Tessera / Training" dashboard returns at least one series; empty panels
-# are listed by title. Also: `promtool check metrics` is clean on the worker's /metrics, and
-# every tessera_ metric it exports is in docs/metrics.md.
+# are listed by title. Also: `promtool check metrics` is clean on the worker's /metrics, every
+# tessera_ metric it exports is in docs/metrics.md, and every metric of that page's Training
+# table is exported.
 #
 # Panels over metrics this worker does not export at all (communication and pipeline metrics
 # need several ranks; the built-in trainer of this build trains one) are listed as such and
@@ -77,6 +78,14 @@ if [ -f "$TESSERA_SOURCE_DIR/docs/metrics.md" ]; then
     grep -q "\b$name\b" "$TESSERA_SOURCE_DIR/docs/metrics.md" || fail "$name is exported but not in docs/metrics.md"
   done
   echo "ok: every exported metric ($(echo $exported | wc -w)) is in docs/metrics.md"
+  # ... and every metric of its training section is exported.
+  documented=$(awk '/^## Training/{on=1; next} /^## /{on=0} on' "$TESSERA_SOURCE_DIR/docs/metrics.md" |
+    grep -o '^| `tessera_[a-z0-9_]*`' | tr -d '|` ' | sort -u)
+  [ -n "$documented" ] || fail "docs/metrics.md has no '## Training' table of tessera_ metrics"
+  for name in $documented; do
+    grep -qx "$name" <<<"$exported" || fail "docs/metrics.md documents $name, which tessera-worker does not export"
+  done
+  echo "ok: every training metric of docs/metrics.md ($(echo $documented | wc -w)) is exported"
 fi
 
 # 3. Prometheus on a free loopback port, scraping the worker every second with the labels a
