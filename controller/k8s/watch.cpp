@@ -79,6 +79,7 @@ void Reflector::Run(Cancellation& stop) {
     watch.allow_bookmarks = true;
     watch.timeout_seconds = options_.watch_timeout_seconds;
     bool got_event = false;
+    const auto started = std::chrono::steady_clock::now();
     Status status = client_.Watch(
         ref_, watch,
         [&](const WatchEvent& event) {
@@ -95,7 +96,13 @@ void Reflector::Run(Cancellation& stop) {
     if (stop.IsCancelled())
       return;
     if (status.ok()) {
-      backoff_.Reset();  // the server closed a healthy watch: resume at once
+      // The server ended the watch. After a healthy one, resume at once; one that ended at
+      // once with nothing in it suggests a server in trouble: back off, as client-go does.
+      if (got_event || std::chrono::steady_clock::now() - started >= std::chrono::seconds(1)) {
+        backoff_.Reset();
+      } else {
+        stop.WaitFor(backoff_.Next());
+      }
       continue;
     }
     if (got_event)
