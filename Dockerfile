@@ -91,7 +91,10 @@ LABEL org.opencontainers.image.title="tessera-worker" \
       org.opencontainers.image.source="https://github.com/tessera-dev/tessera" \
       org.opencontainers.image.vendor="Tessera"
 # The runtime image carries cuBLAS and NCCL (libnccl2); checked here rather than assumed.
-RUN ldconfig -p | grep -q 'libnccl\.so\.2' && ldconfig -p | grep -q 'libcublasLt\.so' \
+RUN for lib in 'libnccl.so.2*' 'libcublasLt.so.*' 'libcudart.so.*'; do \
+      find /usr/lib /usr/local/cuda/ -name "$lib" -print -quit | grep -q . \
+        || { echo "the CUDA runtime image lacks $lib" >&2; exit 1; }; \
+    done \
  && groupadd --gid 65532 tessera \
  && useradd --uid 65532 --gid 65532 --create-home --home-dir /home/tessera \
       --shell /usr/sbin/nologin tessera \
