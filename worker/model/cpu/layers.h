@@ -1,9 +1,11 @@
 // CPU kernels of the GPT decoder: one `x_forward` / `x_backward` pair per layer, on raw
 // row-major arrays with explicit shapes. Templated on the float type so that tests can run
 // the very same code in double precision against finite differences; the model uses float.
-// No allocation, no state: callers own every buffer. Matrix products go to OpenBLAS; the
-// rest runs on OpenMP threads, each result written by exactly one thread in a fixed order,
-// so results are bit-identical from run to run for a fixed thread count.
+// Callers own every buffer (the attention kernels keep a small per-thread scratch). Matrix
+// products are split into one band of rows per OpenMP thread, each a single-threaded
+// OpenBLAS call (so run OpenBLAS with one thread, as Gpt does); everything else runs on the
+// same OpenMP threads. Each result is written by exactly one thread in a fixed order, so
+// results are bit-identical from run to run for a fixed thread count.
 #pragma once
 
 #include <cstdint>
