@@ -7,16 +7,21 @@
 
 #include <csignal>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "api/codec.h"
+#include "api/validate.h"
 #include "api/version.h"
 #include "worker/train/config.h"
 #include "worker/train/trainer.h"
 
 namespace {
 
+namespace api = tessera::api;
 using tessera::train::BadConfig;
 using tessera::train::Status;
 
@@ -63,6 +68,25 @@ Status ApplyEnvironment(tessera::train::TrainerConfig* config, tessera::train::R
   return Status::Ok();
 }
 
+// A TrainingJob file is first checked by tessera::api, with the answers of `tessera validate`
+// (schema and cross-field rules); the trainer then reads its spec.trainer.
+Status CheckTrainingJob(const std::string& path) {
+  std::ifstream in(path);
+  if (!in)
+    return BadConfig(path + ": cannot read the config file");
+  std::stringstream text;
+  text << in.rdbuf();
+  const api::ParsedYaml parsed = api::ParseYaml(text.str());
+  if (!parsed.ok() || parsed.documents.size() != 1 || !parsed.documents[0].is_object() ||
+      parsed.documents[0].value("kind", "") != "TrainingJob") {
+    return Status::Ok();  // not a TrainingJob: the trainer's own reader reports problems
+  }
+  const std::vector<api::FieldError> errors = api::ValidateDocument(parsed.documents[0]);
+  if (!errors.empty())
+    return BadConfig(path + ": " + api::FormatError(errors.front()));
+  return Status::Ok();
+}
+
 int Fail(const Status& st) {
   std::cerr << "tessera-worker: " << st.message() << "\n";
   return st.exit_code();
@@ -72,6 +96,8 @@ int RunRank(const std::string& config_path, const std::vector<std::string>& over
             int threads) {
   tessera::train::TrainerConfig config;
   tessera::train::RankContext rank;
+  if (Status st = CheckTrainingJob(config_path); !st.ok())
+    return Fail(st);
   if (Status st = tessera::train::LoadTrainerConfigFile(config_path, &config); !st.ok()) {
     return Fail(st);
   }

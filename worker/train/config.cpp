@@ -65,10 +65,12 @@ FieldReader DecayField(Decay* dst) {
       return st;
     if (s == "cosine") {
       *dst = Decay::kCosine;
+    } else if (s == "linear") {
+      *dst = Decay::kLinear;
     } else if (s == "constant") {
       *dst = Decay::kConstant;
     } else {
-      return BadConfig(fmt::format("{}: '{}' is not one of cosine, constant", p, s));
+      return BadConfig(fmt::format("{}: '{}' is not one of cosine, linear, constant", p, s));
     }
     return Status::Ok();
   };
@@ -193,7 +195,15 @@ Status ReadTrainingJob(const YAML::Node& root, TrainerConfig* c) {
 }  // namespace
 
 const char* DecayName(Decay decay) {
-  return decay == Decay::kCosine ? "cosine" : "constant";
+  switch (decay) {
+    case Decay::kCosine:
+      return "cosine";
+    case Decay::kLinear:
+      return "linear";
+    case Decay::kConstant:
+      break;
+  }
+  return "constant";
 }
 
 Status ParseTrainerConfigYaml(const std::string& yaml_text, const std::string& source,
@@ -280,11 +290,16 @@ Status ValidateTrainerConfig(const TrainerConfig& c, int world_size) {
     return BadConfig(fmt::format("model.heads: {} does not divide model.dModel {}", c.model.heads,
                                  c.model.d_model));
   }
-  if (c.data.tokenizer != "byte") {
+  if (c.data.tokenizer != "byte" && c.data.tokenizer != "uint16") {
     return BadConfig(
-        fmt::format("data.tokenizer: '{}' is not supported; use byte", c.data.tokenizer));
+        fmt::format("data.tokenizer: '{}' is not one of byte, uint16", c.data.tokenizer));
   }
-  if (c.model.vocab < 256) {
+  if (c.data.tokenizer == "uint16" && c.model.vocab > 65536) {
+    return BadConfig(
+        fmt::format("model.vocab: {} is larger than the 65536 ids a uint16 token file can hold",
+                    c.model.vocab));
+  }
+  if (c.data.tokenizer == "byte" && c.model.vocab < 256) {
     return BadConfig(fmt::format(
         "model.vocab: {} is smaller than the 256 ids of the byte tokenizer", c.model.vocab));
   }

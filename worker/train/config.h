@@ -66,11 +66,11 @@ struct TrainerConfig {
 };
 
 // Parses YAML text into *out (starting from the defaults above). Accepts either the trainer
-// fields at the top level or a whole TrainingJob (`kind: TrainingJob`: spec.trainer,
-// spec.metrics.port and spec.parallelism.microBatches are used). Field names are camelCase as
-// in DESIGN.md §2. Unknown fields and wrong types are refused, naming the field path.
-// `source` names the text in messages (a file name). Does not check value ranges: see
-// ValidateTrainerConfig.
+// fields at the top level or the trainer of a TrainingJob (`kind: TrainingJob`: spec.trainer,
+// spec.metrics.port and spec.parallelism.microBatches are read; the rest of the job is the
+// controller's and is not checked here — `tessera validate` checks it). Field names are camelCase
+// as in DESIGN.md §2. Unknown fields and wrong types are refused, naming the field path. `source`
+// names the text in messages (a file name). Does not check value ranges: see ValidateTrainerConfig.
 Status ParseTrainerConfigYaml(const std::string& yaml_text, const std::string& source,
                               TrainerConfig* out);
 

@@ -41,8 +41,8 @@ Status TokenDataset::FromTokens(std::vector<int32_t> tokens, const std::string& 
   return Status::Ok();
 }
 
-Status TokenDataset::Load(const std::string& path, double validation_fraction, int seq_len,
-                          TokenDataset* out) {
+Status TokenDataset::Load(const std::string& path, const std::string& tokenizer, int vocab,
+                          double validation_fraction, int seq_len, TokenDataset* out) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     return BadConfig(fmt::format("data.path: cannot read the dataset '{}'; check the path", path));
@@ -50,7 +50,25 @@ Status TokenDataset::Load(const std::string& path, double validation_fraction, i
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (in.bad())
     return BadConfig(fmt::format("data.path: error reading the dataset '{}'", path));
-  return FromTokens(ByteTokenizer::Encode(text), path, validation_fraction, seq_len, out);
+  if (tokenizer == "byte") {
+    return FromTokens(ByteTokenizer::Encode(text), path, validation_fraction, seq_len, out);
+  }
+  assert(tokenizer == "uint16");
+  if (text.size() % 2 != 0) {
+    return BadConfig(fmt::format(
+        "{}: {} bytes is not a whole number of uint16 token ids; is data.tokenizer right?", path,
+        text.size()));
+  }
+  std::vector<int32_t> ids(text.size() / 2);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ids[i] = static_cast<unsigned char>(text[2 * i]) |
+             (static_cast<unsigned char>(text[2 * i + 1]) << 8);
+    if (ids[i] >= vocab) {
+      return BadConfig(fmt::format("{}: token {} at offset {} is not below model.vocab {}", path,
+                                   ids[i], 2 * i, vocab));
+    }
+  }
+  return FromTokens(std::move(ids), path, validation_fraction, seq_len, out);
 }
 
 DataLoader::DataLoader(const TokenDataset* dataset, int seq_len, int global_batch, uint64_t seed)

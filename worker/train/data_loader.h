@@ -16,12 +16,13 @@ namespace tessera::train {
 // A corpus in memory as token ids. Immutable after Load; thread-safe to read.
 class TokenDataset {
  public:
-  // Reads `path` (byte tokenizer) and keeps the last `validation_fraction` of the tokens for
-  // validation. Each split must hold at least 2*seq_len+1 tokens (train) and seq_len+1
-  // (validation). A missing or unreadable file is kBadConfig naming the path; a too small one
-  // is kBadConfig naming the path and the sizes.
-  static Status Load(const std::string& path, double validation_fraction, int seq_len,
-                     TokenDataset* out);
+  // Reads `path` with `tokenizer` ("byte": a text file, one token per byte; "uint16": a file
+  // of little-endian 16-bit token ids, each < vocab) and keeps the last `validation_fraction`
+  // of the tokens for validation. Each split must hold at least 2*seq_len+1 tokens (train)
+  // and seq_len+1 (validation). A missing or unreadable file is kBadConfig naming the path; a
+  // too small or malformed one is kBadConfig naming the path and what is wrong.
+  static Status Load(const std::string& path, const std::string& tokenizer, int vocab,
+                     double validation_fraction, int seq_len, TokenDataset* out);
 
   // The same from ids already in memory (tests); `source` names it in messages.
   static Status FromTokens(std::vector<int32_t> tokens, const std::string& source,

@@ -18,6 +18,8 @@ double LearningRate(const LrSchedule& s, int64_t step) {
       span <= 0 ? 0.0
                 : std::clamp(static_cast<double>(step - s.warmup_steps) / static_cast<double>(span),
                              0.0, 1.0);
+  if (s.decay == Decay::kLinear)
+    return min_lr + (s.peak - min_lr) * (1.0 - progress);
   return min_lr + (s.peak - min_lr) * 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
 }
 

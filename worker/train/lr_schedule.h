@@ -1,4 +1,4 @@
-// The learning-rate schedule: linear warm-up, then cosine decay (or a constant rate).
+// The learning-rate schedule: linear warm-up, then cosine or linear decay, or a constant rate.
 // A pure function of the step, so a resumed run gets the same rates without saved state.
 #pragma once
 
@@ -6,14 +6,14 @@
 
 namespace tessera::train {
 
-enum class Decay { kCosine, kConstant };
+enum class Decay { kCosine, kLinear, kConstant };
 
 struct LrSchedule {
   double peak = 3.0e-4;
   int64_t warmup_steps = 0;
   int64_t total_steps = 1;
   Decay decay = Decay::kCosine;
-  double min_ratio = 0.1;  // the cosine ends at peak * min_ratio
+  double min_ratio = 0.1;  // cosine and linear decay end at peak * min_ratio
 };
 
 // Learning rate of optimizer step `step` (0-based):
@@ -22,6 +22,7 @@ struct LrSchedule {
 //                   p = (step - warmup) / (total - 1 - warmup) clamped to [0, 1], so the
 //                   first step after warm-up gets `peak` and the last step gets `min`
 //                   (when the decay phase is a single step, it gets `peak`)
+//   linear:         min + (peak - min) * (1 - p), with the same p
 //   constant:       peak
 double LearningRate(const LrSchedule& schedule, int64_t step);
 

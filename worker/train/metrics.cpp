@@ -93,6 +93,18 @@ void TrainMetrics::RecordValidation(double val_loss) {
   updated_at_ = NowRfc3339();
 }
 
+void TrainMetrics::RecordResume(int64_t step, double loss, std::optional<double> val_loss) {
+  step_->Set(static_cast<double>(step));
+  loss_->Set(loss);
+  if (val_loss)
+    val_loss_->Set(*val_loss);
+  std::lock_guard<std::mutex> lock(mu_);
+  progress_step_ = step;
+  progress_loss_ = loss;
+  progress_val_loss_ = val_loss;
+  updated_at_ = NowRfc3339();
+}
+
 void TrainMetrics::RecordCheckpoint(double seconds) {
   checkpoint_seconds_->Observe(seconds);
 }

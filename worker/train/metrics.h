@@ -42,6 +42,8 @@ class TrainMetrics {
 
   void RecordStep(const StepReport& report);
   void RecordValidation(double val_loss);
+  // After resuming from a checkpoint: step, loss and validation loss as it recorded them.
+  void RecordResume(int64_t step, double loss, std::optional<double> val_loss);
   void RecordCheckpoint(double seconds);
   // tessera_memory_bytes{kind}: kind is parameters, gradients, optimizer or resident.
   void SetMemoryBytes(const std::string& kind, double bytes);

@@ -80,8 +80,8 @@ Status Trainer::Create(const TrainerConfig& config, const RankContext& rank,
   if (rank.kernel_threads > 0)
     model::SetKernelThreads(rank.kernel_threads);
   const int T = config.model.seq_len;
-  if (Status st =
-          TokenDataset::Load(config.data.path, config.data.validation_fraction, T, &impl->dataset);
+  if (Status st = TokenDataset::Load(config.data.path, config.data.tokenizer, config.model.vocab,
+                                     config.data.validation_fraction, T, &impl->dataset);
       !st.ok()) {
     return st;
   }
@@ -216,6 +216,7 @@ Status Trainer::Impl::Resume(int64_t checkpoint_step) {
   step = checkpoint_step;
   last_loss = meta.loss;
   last_val_loss = meta.val_loss;
+  metrics->RecordResume(step, last_loss, last_val_loss);
   spdlog::info("resumed from {} (step {}, loss {:.4f})", store->StepDir(checkpoint_step), step,
                meta.loss);
   return Status::Ok();

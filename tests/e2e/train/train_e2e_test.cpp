@@ -311,6 +311,21 @@ TEST_F(TrainE2E, BadConfigFieldExitsTwo) {
   EXPECT_NE(w.log().find("schedule.stepz: unknown field"), std::string::npos) << w.log();
 }
 
+TEST_F(TrainE2E, InvalidTrainingJobExitsTwoWithTheApiFieldPath) {
+  const fs::path job = dir_ / "job.yaml";
+  std::ofstream(job) << "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\n"
+                     << "metadata: {name: bad}\n"
+                     << "spec:\n  workers: 0\n  trainer:\n"
+                     << "    model: {layers: 2, dModel: 64, heads: 4, seqLen: 64, vocab: 256}\n"
+                     << "    data: {path: x.txt}\n    batch: {global: 16}\n"
+                     << "    schedule: {steps: 10}\n";
+  Worker w({worker_, "rank", "--config", job.string()}, {}, dir_ / "w.log");
+  const std::optional<int> code = w.Wait(std::chrono::seconds(60));
+  ASSERT_TRUE(code.has_value());
+  EXPECT_EQ(*code, 2);
+  EXPECT_NE(w.log().find(job.string() + ": spec.workers"), std::string::npos) << w.log();
+}
+
 TEST_F(TrainE2E, CorruptCheckpointExitsThreeNamingTheFile) {
   // A short run leaves a checkpoint; damaging it makes the next start refuse to resume.
   const fs::path config = WriteConfig((fs::path(source_) / "data/tinyshakespeare.txt").string());

@@ -92,7 +92,7 @@ TEST(TrainerConfig, ErrorsNameTheField) {
   } cases[] = {
       {"optimizer: {lrr: 1}", "optimizer.lrr: unknown field"},
       {"schedule: {steps: many}", "schedule.steps: expected an integer"},
-      {"schedule: {decay: linear}", "schedule.decay: 'linear' is not one of"},
+      {"schedule: {decay: exponential}", "schedule.decay: 'exponential' is not one of"},
       {"model: {preset: gpt9}", "model.preset: unknown preset"},
       {"precision: bf16", "precision: 'bf16' is not supported"},
       {"batch: [1, 2]", "batch: expected a mapping"},
@@ -145,6 +145,11 @@ TEST(TrainerConfig, ValidationNamesTheField) {
       {[](TrainerConfig& c) { c.model.vocab = 100; }, 1, "model.vocab"},
       {[](TrainerConfig& c) { c.data.path = ""; }, 1, "data.path"},
       {[](TrainerConfig& c) { c.data.tokenizer = "bpe"; }, 1, "data.tokenizer"},
+      {[](TrainerConfig& c) {
+         c.data.tokenizer = "uint16";
+         c.model.vocab = 70000;
+       },
+       1, "model.vocab"},
       {[](TrainerConfig& c) { c.data.validation_fraction = 0; }, 1, "data.validationFraction"},
       {[](TrainerConfig& c) { c.data.validation_fraction = 1; }, 1, "data.validationFraction"},
       {[](TrainerConfig& c) { c.optimizer.lr = 0; }, 1, "optimizer.lr"},

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <numeric>
 #include <set>
 
@@ -20,7 +21,7 @@ TokenDataset Corpus(int64_t n, double validation_fraction, int seq_len) {
 
 TEST(TokenDataset, MissingFileIsBadConfigNamingThePath) {
   TokenDataset ds;
-  const Status st = TokenDataset::Load("no/such/corpus.txt", 0.1, 8, &ds);
+  const Status st = TokenDataset::Load("no/such/corpus.txt", "byte", 256, 0.1, 8, &ds);
   EXPECT_EQ(st.code(), ExitCode::kBadConfig);
   EXPECT_EQ(st.exit_code(), 2);
   EXPECT_NE(st.message().find("no/such/corpus.txt"), std::string::npos) << st.message();
@@ -32,6 +33,30 @@ TEST(TokenDataset, TooSmallCorpusIsBadConfig) {
   const Status st = TokenDataset::FromTokens(std::vector<int32_t>(40, 1), "tiny", 0.1, 16, &ds);
   EXPECT_EQ(st.code(), ExitCode::kBadConfig);
   EXPECT_NE(st.message().find("tiny"), std::string::npos);
+}
+
+TEST(TokenDataset, ReadsLittleEndianUint16Ids) {
+  const std::string path = ::testing::TempDir() + "/tokens.u16";
+  {
+    std::ofstream out(path, std::ios::binary);
+    for (int i = 0; i < 100; ++i) {
+      const int id = 300 + i;
+      out.put(static_cast<char>(id & 0xff)).put(static_cast<char>(id >> 8));
+    }
+  }
+  TokenDataset ds;
+  ASSERT_TRUE(TokenDataset::Load(path, "uint16", 1000, 0.2, 8, &ds).ok());
+  EXPECT_EQ(ds.train().size(), 80u);
+  EXPECT_EQ(ds.train()[0], 300);
+  EXPECT_EQ(ds.validation().back(), 399);
+  // An id at or above the vocabulary, and an odd number of bytes, are refused.
+  const Status too_big = TokenDataset::Load(path, "uint16", 350, 0.2, 8, &ds);
+  EXPECT_EQ(too_big.exit_code(), 2);
+  EXPECT_NE(too_big.message().find("token 350"), std::string::npos) << too_big.message();
+  std::ofstream(path, std::ios::binary | std::ios::app).put('x');
+  const Status odd = TokenDataset::Load(path, "uint16", 1000, 0.2, 8, &ds);
+  EXPECT_EQ(odd.exit_code(), 2);
+  EXPECT_NE(odd.message().find("uint16"), std::string::npos) << odd.message();
 }
 
 TEST(TokenDataset, ValidationIsTheTailOfTheCorpus) {

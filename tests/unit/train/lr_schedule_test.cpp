@@ -32,6 +32,18 @@ TEST(LearningRate, WarmupThenCosineToTheMinimum) {
     EXPECT_NEAR(LearningRate(s, c.step), c.want, 1e-12) << c.step;
 }
 
+TEST(LearningRate, LinearDecayToTheMinimum) {
+  const LrSchedule s{.peak = 1.0,
+                     .warmup_steps = 10,
+                     .total_steps = 111,
+                     .decay = Decay::kLinear,
+                     .min_ratio = 0.1};
+  EXPECT_NEAR(LearningRate(s, 10), 1.0, 1e-12);
+  EXPECT_NEAR(LearningRate(s, 35), 0.1 + 0.9 * 0.75, 1e-12);
+  EXPECT_NEAR(LearningRate(s, 60), 0.55, 1e-12);
+  EXPECT_NEAR(LearningRate(s, 110), 0.1, 1e-12);
+}
+
 TEST(LearningRate, ConstantAfterWarmupAndNoWarmup) {
   const LrSchedule constant{
       .peak = 0.5, .warmup_steps = 4, .total_steps = 100, .decay = Decay::kConstant};

@@ -48,5 +48,15 @@ TEST(TrainMetrics, ProgressJsonHasTheControllerFields) {
   EXPECT_EQ(updated.back(), 'Z');
 }
 
+TEST(TrainMetrics, ResumeShowsTheCheckpointsProgress) {
+  TrainMetrics m(50);
+  m.RecordResume(20, 3.5, 3.75);
+  nlohmann::json p = nlohmann::json::parse(m.ProgressJson());
+  EXPECT_EQ(p["step"], 20);
+  EXPECT_EQ(p["loss"], 3.5);
+  EXPECT_EQ(p["valLoss"], 3.75);
+  EXPECT_NE(m.MetricsText().find("tessera_train_step 20"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace tessera::train
