@@ -222,6 +222,26 @@ void Transpose(F* dst, int ld, const F* src, int64_t src_ld, int n, int hs) {
   }
 }
 
+// dst (n, hs) = the hs columns of n rows of src (row stride src_ld), contiguous.
+template <typename F>
+void Gather(F* dst, const F* src, int64_t src_ld, int n, int hs) {
+  for (int r = 0; r < n; r++)
+    std::copy(src + r * src_ld, src + r * src_ld + hs, dst + r * hs);
+}
+
+// Softmax backward of one causal row, in place: datt[0..n) becomes the gradient of the
+// scores, p * (datt - sum(p * datt)) * scale.
+template <typename F>
+TESSERA_VECTOR_CLONES void SoftmaxBackwardRow(F* datt, const F* p, int n, F scale) {
+  F weighted = 0;
+#pragma omp simd reduction(+ : weighted)
+  for (int i = 0; i < n; i++)
+    weighted += p[i] * datt[i];
+#pragma omp simd
+  for (int i = 0; i < n; i++)
+    datt[i] = p[i] * (datt[i] - weighted) * scale;
+}
+
 // Softmax of scores[0..n) in place (the causal row of one query).
 template <typename F>
 TESSERA_VECTOR_CLONES void SoftmaxRow(F* scores, int n) {
@@ -489,9 +509,12 @@ void attention_forward(F* out, F* att, const F* qkv, int B, int T, int C, int NH
   const F scale = F(1) / std::sqrt(static_cast<F>(hs));
 #pragma omp parallel if (Parallel(int64_t{B} * T * T * C))
   {
-    // (hs, Tp) keys of one head, transposed; per thread, kept between calls.
-    thread_local std::vector<F> kt;
+    // Per thread, kept between calls: the keys of one head transposed (hs, Tp) and its values
+    // contiguous (T, hs). In qkv a head's rows lie 3C apart, a stride that maps them onto a
+    // few cache sets; the copies are read T times each.
+    thread_local std::vector<F> kt, vc;
     kt.resize(static_cast<size_t>(hs) * Tp);
+    vc.resize(static_cast<size_t>(T) * hs);
 #pragma omp for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
       for (int h = 0; h < NH; h++) {
@@ -500,13 +523,14 @@ void attention_forward(F* out, F* att, const F* qkv, int B, int T, int C, int NH
         const F* v = q + 2 * C;
         F* att_bh = att + (static_cast<int64_t>(b) * NH + h) * T * T;
         Transpose(kt.data(), Tp, k, C3, T, hs);
+        Gather(vc.data(), v, C3, T, hs);
         for (int t = 0; t < T; t++) {
           // Scores against keys t2 <= t only (the causal mask), softmax, weighted values.
           F* att_row = att_bh + static_cast<int64_t>(t) * T;
           RowTimesTransposed(att_row, q + t * C3, kt.data(), Tp, hs, t + 1, scale);
           SoftmaxRow(att_row, t + 1);
           F* o = out + (static_cast<int64_t>(b) * T + t) * C + h * hs;
-          WeightedRowSum(o, att_row, 1, v, C3, t + 1, hs);
+          WeightedRowSum(o, att_row, 1, vc.data(), hs, t + 1, hs);
         }
       }
     }
@@ -523,39 +547,43 @@ void attention_backward(F* dqkv, const F* dout, const F* qkv, const F* att, int 
   // One (b, h) per task: every gradient element is one weighted sum computed by one thread.
 #pragma omp parallel if (Parallel(int64_t{B} * T * T * C))
   {
-    std::vector<F> vt(static_cast<size_t>(hs) * Tp);    // (hs, Tp) values, transposed
-    std::vector<F> dscore(static_cast<size_t>(T) * T);  // (T, T) gradient of the scores
+    // Per thread, kept between calls: the head's values transposed (hs, Tp); its queries,
+    // keys and output gradient contiguous (T, hs) each (see attention_forward); the score
+    // gradients (T, T).
+    thread_local std::vector<F> vt, qc, kc, dyc, dscore;
+    vt.resize(static_cast<size_t>(hs) * Tp);
+    qc.resize(static_cast<size_t>(T) * hs);
+    kc.resize(static_cast<size_t>(T) * hs);
+    dyc.resize(static_cast<size_t>(T) * hs);
+    dscore.resize(static_cast<size_t>(T) * T);
 #pragma omp for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
       for (int h = 0; h < NH; h++) {
         const int64_t row0 = static_cast<int64_t>(b) * T;
         const F* q = qkv + row0 * C3 + h * hs;  // row t at q + t*C3
-        const F* k = q + C;
-        const F* v = q + 2 * C;
         F* dq = dqkv + row0 * C3 + h * hs;
         F* dk = dq + C;
         F* dv = dq + 2 * C;
-        const F* dy = dout + row0 * C + h * hs;  // row t at dy + t*C
         const F* p = att + (static_cast<int64_t>(b) * NH + h) * T * T;
-        Transpose(vt.data(), Tp, v, C3, T, hs);
+        Transpose(vt.data(), Tp, q + 2 * C, C3, T, hs);
+        Gather(qc.data(), q, C3, T, hs);
+        Gather(kc.data(), q + C, C3, T, hs);
+        Gather(dyc.data(), dout + row0 * C + h * hs, C, T, hs);
         for (int t = 0; t < T; t++) {
           // d(att)[t2] = dy[t] . v[t2]; softmax backward; times the score scale.
           F* ds = dscore.data() + static_cast<int64_t>(t) * T;
           const F* p_row = p + static_cast<int64_t>(t) * T;
-          RowTimesTransposed(ds, dy + t * C, vt.data(), Tp, hs, t + 1, F(1));
-          F weighted = 0;
-          for (int t2 = 0; t2 <= t; t2++)
-            weighted += p_row[t2] * ds[t2];
-          for (int t2 = 0; t2 <= t; t2++)
-            ds[t2] = p_row[t2] * (ds[t2] - weighted) * scale;
+          RowTimesTransposed(ds, dyc.data() + t * hs, vt.data(), Tp, hs, t + 1, F(1));
+          SoftmaxBackwardRow(ds, p_row, t + 1, scale);
           // dq[t] = sum_{t2 <= t} dscore[t, t2] k[t2].
-          WeightedRowSum(dq + t * C3, ds, 1, k, C3, t + 1, hs);
+          WeightedRowSum(dq + t * C3, ds, 1, kc.data(), hs, t + 1, hs);
         }
         for (int t2 = 0; t2 < T; t2++) {
           // Sums over the queries t >= t2 that saw position t2 (a column of att / dscore).
           const int64_t diag = static_cast<int64_t>(t2) * T + t2;
-          WeightedRowSum(dv + t2 * C3, p + diag, T, dy + t2 * C, C, T - t2, hs);
-          WeightedRowSum(dk + t2 * C3, dscore.data() + diag, T, q + t2 * C3, C3, T - t2, hs);
+          const int64_t row = static_cast<int64_t>(t2) * hs;
+          WeightedRowSum(dv + t2 * C3, p + diag, T, dyc.data() + row, hs, T - t2, hs);
+          WeightedRowSum(dk + t2 * C3, dscore.data() + diag, T, qc.data() + row, hs, T - t2, hs);
         }
       }
     }
