@@ -1,6 +1,6 @@
 // Client of the rendezvous store (DESIGN.md §3, §6). Connects to rank 0's store, retrying
 // DNS resolution and connection until a deadline, so a worker that starts first waits.
-// It does not reconnect behind the caller's back once a connection broke mid-call.
+// A call that fails mid-way closes the connection; the next call connects again.
 #pragma once
 
 #include <atomic>

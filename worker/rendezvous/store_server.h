@@ -50,9 +50,10 @@ class StoreServer {
   // Authenticated connections currently open.
   int connected_clients() const;
 
-  // Blocks until no authenticated client is connected or `timeout` passes; true when none is.
-  // Rank 0 calls this before exiting so the others can still read failure reports.
-  bool WaitForClientsToLeave(std::chrono::milliseconds timeout);
+  // Blocks until at most `remaining` authenticated clients are connected (their departures
+  // fully processed, wills applied) or `timeout` passes; true when so. Rank 0 calls it with
+  // 0 before exiting so the others can still read failure reports.
+  bool WaitForClientsToLeave(std::chrono::milliseconds timeout, int remaining = 0);
 
   // Stops accepting, closes every connection and joins all threads. Idempotent.
   void Stop();

@@ -1,0 +1,75 @@
+// The lost-rank monitor against an in-process store: a client dying without a goodbye is
+// reported by rank, a clean exit is not, and a vanished store is reported as rank 0.
+#include "worker/comm/liveness.h"
+
+#include <gtest/gtest.h>
+
+#include <future>
+
+#include "worker/rendezvous/store_server.h"
+
+namespace tessera::comm {
+namespace {
+
+using namespace std::chrono_literals;
+
+class LivenessTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    rendezvous::StoreServerOptions so;
+    so.host = "127.0.0.1";
+    so.port = 0;
+    server_ = rendezvous::StoreServer::Start(so);
+    options_.port = server_->port();
+    options_.connect_timeout = options_.timeout = 5s;
+    client_ = std::make_unique<rendezvous::StoreClient>(options_);
+  }
+  std::unique_ptr<rendezvous::StoreServer> server_;
+  rendezvous::StoreClientOptions options_;
+  std::unique_ptr<rendezvous::StoreClient> client_;
+};
+
+TEST_F(LivenessTest, ACrashedRankIsReportedByNumberToSubscribers) {
+  LivenessMonitor watcher(*client_, "job/", 1);
+  std::promise<RankLoss> seen;
+  watcher.Subscribe([&](const RankLoss& loss) { seen.set_value(loss); });
+  EXPECT_EQ(watcher.loss(), std::nullopt);
+  {
+    // Rank 2's wills, on a connection that closes without ClearWills, as after kill -9.
+    rendezvous::StoreClient rank2(options_);
+    rank2.AddWill("job/lost", "2");
+  }
+  auto future = seen.get_future();
+  ASSERT_EQ(future.wait_for(10s), std::future_status::ready);
+  const RankLoss loss = future.get();
+  EXPECT_EQ(loss.world_rank, 2);
+  EXPECT_NE(loss.message.find("rank 2 lost"), std::string::npos) << loss.message;
+  ASSERT_TRUE(watcher.loss().has_value());
+  EXPECT_EQ(watcher.loss()->world_rank, 2);
+  // A late subscriber hears about it at once.
+  int calls = 0;
+  watcher.Subscribe([&](const RankLoss&) { ++calls; });
+  EXPECT_EQ(calls, 1);
+}
+
+TEST_F(LivenessTest, ACleanExitIsNotALoss) {
+  LivenessMonitor watcher(*client_, "job/", 1);
+  { LivenessMonitor leaving(*client_, "job/", 2); }  // destructor withdraws the will
+  // Once the server processed rank 2's departure (only client_ and the watcher's two
+  // connections remain), any will it left would have been applied.
+  ASSERT_TRUE(server_->WaitForClientsToLeave(10s, 3));
+  EXPECT_EQ(watcher.loss(), std::nullopt);
+  EXPECT_EQ(client_->TryGet("job/lost"), std::nullopt);
+}
+
+TEST_F(LivenessTest, AVanishedStoreIsReportedAsRankZero) {
+  LivenessMonitor watcher(*client_, "job/", 3);
+  server_->Stop();
+  auto loss = watcher.WaitForLoss(10s);
+  ASSERT_TRUE(loss.has_value());
+  EXPECT_EQ(loss->world_rank, 0);
+  EXPECT_NE(loss->message.find("rank 0 lost"), std::string::npos) << loss->message;
+}
+
+}  // namespace
+}  // namespace tessera::comm
