@@ -25,7 +25,7 @@ std::vector<int32_t> RandomIds(int n, int vocab, uint64_t seed) {
   return ids;
 }
 
-TEST(GptConfigTest, Presets) {
+TEST(ModelConfigTest, Presets) {
   GptConfig c;
   ASSERT_TRUE(GptPreset("gpt2-124m", &c));
   EXPECT_EQ(c.layers, 12);
@@ -37,7 +37,7 @@ TEST(GptConfigTest, Presets) {
   EXPECT_FALSE(GptPreset("gpt2-125m", &c));
 }
 
-TEST(GptConfigTest, Validation) {
+TEST(ModelConfigTest, Validation) {
   struct Case {
     GptConfig config;
     std::string error;
@@ -55,7 +55,7 @@ TEST(GptConfigTest, Validation) {
   EXPECT_THROW(Gpt(GptConfig{2, 64, 5, 64, 256}), std::invalid_argument);
 }
 
-TEST(GptConfigTest, TensorsTileTheBufferInOrder) {
+TEST(ModelConfigTest, TensorsTileTheBufferInOrder) {
   const GptConfig c{3, 16, 4, 10, 50};
   const std::vector<ParameterTensor> tensors = GptParameterTensors(c);
   ASSERT_EQ(tensors.size(), 4u + 12u * 3u);
@@ -78,7 +78,7 @@ TEST(GptConfigTest, TensorsTileTheBufferInOrder) {
   EXPECT_EQ(tensors.back().name, "lnf.bias");
 }
 
-TEST(GptTest, InitialisationIsSeededAndGpt2Style) {
+TEST(ModelGptTest, InitialisationIsSeededAndGpt2Style) {
   const GptConfig c{2, 32, 4, 16, 64};
   Gpt a(c), b(c), other(c);
   a.InitParameters(7);
@@ -112,7 +112,7 @@ TEST(GptTest, InitialisationIsSeededAndGpt2Style) {
   }
 }
 
-TEST(GptTest, LossAtInitIsLogVocab) {
+TEST(ModelGptTest, LossAtInitIsLogVocab) {
   const GptConfig c{2, 64, 4, 32, 256};
   Gpt gpt(c);
   gpt.InitParameters(1);
@@ -124,7 +124,7 @@ TEST(GptTest, LossAtInitIsLogVocab) {
 // Gradient of the mean loss with respect to every parameter, in double precision, against
 // central differences. Parameters are randomised well beyond the init scale so that every
 // path (attention, layer norms, GELU) carries a gradient of order one.
-TEST(GptTest, WholeModelGradientCheckDouble) {
+TEST(ModelGptTest, WholeModelGradientCheckDouble) {
   const GptConfig c{2, 8, 2, 6, 11};
   const int B = 2, T = 5;
   const int64_t P = GptParameterCount(c);
@@ -172,7 +172,7 @@ TEST(GptTest, WholeModelGradientCheckDouble) {
 }
 
 // The float model computes what the double one does, to float accuracy.
-TEST(GptTest, FloatModelMatchesDouble) {
+TEST(ModelGptTest, FloatModelMatchesDouble) {
   const GptConfig c{2, 32, 4, 16, 64};
   const int B = 3, T = 16;
   Gpt gpt(c);
@@ -225,7 +225,7 @@ std::vector<float> TrainSgd(const GptConfig& c, int steps, std::vector<float>* l
   return std::vector<float>(gpt.parameters().begin(), gpt.parameters().end());
 }
 
-TEST(GptTest, SgdOnAFixedBatchDrivesTheLossDown) {
+TEST(ModelGptTest, SgdOnAFixedBatchDrivesTheLossDown) {
   const GptConfig c{2, 32, 4, 16, 64};
   std::vector<float> losses;
   TrainSgd(c, 40, &losses);
@@ -234,7 +234,7 @@ TEST(GptTest, SgdOnAFixedBatchDrivesTheLossDown) {
   EXPECT_LT(losses.back(), losses.front() - 1.0) << "first " << losses.front();
 }
 
-TEST(GptTest, RepeatedRunsAreBitIdentical) {
+TEST(ModelGptTest, RepeatedRunsAreBitIdentical) {
   const GptConfig c{2, 32, 4, 16, 64};
   for (int threads : {1, 2}) {
     SetKernelThreads(threads);
@@ -246,7 +246,7 @@ TEST(GptTest, RepeatedRunsAreBitIdentical) {
   }
 }
 
-TEST(GptTest, GradientsAccumulateAcrossMicroBatches) {
+TEST(ModelGptTest, GradientsAccumulateAcrossMicroBatches) {
   const GptConfig c{1, 16, 2, 8, 32};
   const int B = 2, T = 8;
   const std::vector<int32_t> tokens = RandomIds(B * T, c.vocab, 1);
@@ -267,7 +267,7 @@ TEST(GptTest, GradientsAccumulateAcrossMicroBatches) {
   }
 }
 
-TEST(GptTest, ForwardWithoutTargetsGivesTheSameLogits) {
+TEST(ModelGptTest, ForwardWithoutTargetsGivesTheSameLogits) {
   const GptConfig c{1, 16, 2, 8, 32};
   const int B = 2, T = 7;  // T below seq_len
   const std::vector<int32_t> tokens = RandomIds(B * T, c.vocab, 1);
@@ -282,7 +282,7 @@ TEST(GptTest, ForwardWithoutTargetsGivesTheSameLogits) {
   EXPECT_THROW(gpt.Backward(), std::logic_error);  // no targets
 }
 
-TEST(GptTest, RefusesBadInput) {
+TEST(ModelGptTest, RefusesBadInput) {
   const GptConfig c{1, 16, 2, 8, 32};
   Gpt gpt(c);
   gpt.InitParameters(3);

@@ -55,14 +55,14 @@ void ExpectGradient(const std::string& what, Vec& x, const Vec& analytic,
   ::testing::Test::RecordProperty(what + "_worst_relative_error", std::to_string(worst));
 }
 
-class LayersTest : public ::testing::Test {
+class ModelLayersTest : public ::testing::Test {
  protected:
   std::mt19937_64 rng{42};
   static constexpr int B = 2, T = 5, C = 8, NH = 2;
   static constexpr int N = B * T;
 };
 
-TEST_F(LayersTest, Encoder) {
+TEST_F(ModelLayersTest, Encoder) {
   const int V = 7;
   std::vector<int32_t> tokens = {1, 3, 3, 0, 6, 3, 2, 1, 1, 5};  // repeated ids on purpose
   Vec wte = Random(V * C, rng), wpe = Random(T * C, rng), g = Random(N * C, rng);
@@ -77,7 +77,7 @@ TEST_F(LayersTest, Encoder) {
   ExpectGradient("dwpe", wpe, dwpe, loss);
 }
 
-TEST_F(LayersTest, LayerNorm) {
+TEST_F(ModelLayersTest, LayerNorm) {
   Vec x = Random(N * C, rng, 2.0), w = Random(C, rng), b = Random(C, rng), g = Random(N * C, rng);
   Vec mean(N), rstd(N);
   auto loss = [&] {
@@ -97,7 +97,7 @@ TEST_F(LayersTest, LayerNorm) {
   ExpectGradient("dbias", b, db, loss);
 }
 
-TEST_F(LayersTest, Matmul) {
+TEST_F(ModelLayersTest, Matmul) {
   const int OC = 6;
   Vec x = Random(N * C, rng), w = Random(OC * C, rng), b = Random(OC, rng), g = Random(N * OC, rng);
   auto loss = [&] {
@@ -112,7 +112,7 @@ TEST_F(LayersTest, Matmul) {
   ExpectGradient("dbias", b, db, loss);
 }
 
-TEST_F(LayersTest, MatmulResidual) {
+TEST_F(ModelLayersTest, MatmulResidual) {
   const int OC = 6;
   Vec r = Random(N * OC, rng), x = Random(N * C, rng), w = Random(OC * C, rng), b = Random(OC, rng),
       g = Random(N * OC, rng);
@@ -132,7 +132,7 @@ TEST_F(LayersTest, MatmulResidual) {
   ExpectGradient("dresidual", r, g, loss);  // the residual passes the gradient unchanged
 }
 
-TEST_F(LayersTest, Attention) {
+TEST_F(ModelLayersTest, Attention) {
   Vec qkv = Random(N * 3 * C, rng), g = Random(N * C, rng);
   Vec att(B * NH * T * T);
   auto loss = [&] {
@@ -149,7 +149,7 @@ TEST_F(LayersTest, Attention) {
 // Head size 80 and T = 40 exercise the register-blocked paths of the attention kernels
 // (blocks of 4 vectors, single vectors, and the scalar tail); the small test above only the
 // scalar one.
-TEST_F(LayersTest, AttentionWideHeads) {
+TEST_F(ModelLayersTest, AttentionWideHeads) {
   const int b = 1, t = 40, c = 160, nh = 2;
   const int n = b * t;
   Vec qkv = Random(n * 3 * c, rng, 0.3), g = Random(n * c, rng);
@@ -177,7 +177,7 @@ TEST_F(LayersTest, AttentionWideHeads) {
     ASSERT_NEAR(dqkv_f[i], dqkv[i], 1e-4) << i;
 }
 
-TEST_F(LayersTest, FloatGeluAndSoftmaxMatchDouble) {
+TEST_F(ModelLayersTest, FloatGeluAndSoftmaxMatchDouble) {
   // GELU over [-12, 12] and cross-entropy rows in float (fast exp and tanh) against double.
   const int n = 2401;
   Vec x(n), dy(n, 1.0);
@@ -203,7 +203,7 @@ TEST_F(LayersTest, FloatGeluAndSoftmaxMatchDouble) {
     EXPECT_NEAR(losses_f[i], losses[i], 1e-5 * (1 + losses[i]));
 }
 
-TEST_F(LayersTest, AttentionIsCausalAndNormalised) {
+TEST_F(ModelLayersTest, AttentionIsCausalAndNormalised) {
   Vec qkv = Random(N * 3 * C, rng), out(N * C), att(B * NH * T * T);
   attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
   for (int bh = 0; bh < B * NH; bh++) {
@@ -232,7 +232,7 @@ TEST_F(LayersTest, AttentionIsCausalAndNormalised) {
   }
 }
 
-TEST_F(LayersTest, Gelu) {
+TEST_F(ModelLayersTest, Gelu) {
   Vec x = Random(N * C, rng, 2.0), g = Random(N * C, rng);
   auto loss = [&] {
     Vec out(N * C);
@@ -251,7 +251,7 @@ TEST_F(LayersTest, Gelu) {
   EXPECT_NEAR(out[2], -0.15880800939172324, 1e-9);
 }
 
-TEST_F(LayersTest, CrossEntropy) {
+TEST_F(ModelLayersTest, CrossEntropy) {
   const int V = 9;
   Vec logits = Random(N * V, rng, 3.0);
   std::vector<int32_t> targets(N);
