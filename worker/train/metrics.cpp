@@ -166,16 +166,26 @@ Status MetricsServer::Start(int port, TrainMetrics* metrics, std::unique_ptr<Met
   auto impl = std::make_unique<Impl>();
   const std::vector<std::string> options = {"listening_ports", std::to_string(port), "num_threads",
                                             "2"};
+  // civetweb reports why it cannot start (e.g. "cannot bind to 9400: 98 (Address already in
+  // use)") through log_message, on this thread, while the constructor runs.
+  static thread_local std::string start_error;
+  start_error.clear();
+  CivetCallbacks callbacks{};
+  callbacks.log_message = [](const mg_connection*, const char* message) {
+    if (start_error.empty())
+      start_error = message;
+    return 1;  // handled: civetweb prints nothing itself
+  };
   try {
-    impl->server = std::make_unique<CivetServer>(options);
-  } catch (const CivetException& e) {
+    impl->server = std::make_unique<CivetServer>(options, &callbacks);
+  } catch (const CivetException&) {
+    impl->server.reset();
+  }
+  if (!impl->server || impl->server->getListeningPorts().empty()) {
     return IoError(fmt::format("metrics.port {}: cannot listen ({}); choose another port or 0",
-                               port, e.what()));
+                               port, start_error.empty() ? "unknown error" : start_error));
   }
   const std::vector<int> ports = impl->server->getListeningPorts();
-  if (ports.empty()) {
-    return IoError(fmt::format("metrics.port {}: cannot listen; choose another port or 0", port));
-  }
   impl->metrics = std::make_unique<TextHandler>([metrics] { return metrics->MetricsText(); },
                                                 "text/plain; version=0.0.4; charset=utf-8");
   impl->progress = std::make_unique<TextHandler>([metrics] { return metrics->ProgressJson(); },
