@@ -5,6 +5,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <charconv>
+#include <cstdlib>
 #include <regex>
 #include <set>
 #include <stdexcept>
@@ -42,7 +43,7 @@ json PlainScalar(const std::string& s) {
     auto [end, ec] = std::from_chars(begin, s.data() + s.size(), v);
     if (ec == std::errc() && end == s.data() + s.size())
       return v;
-    return std::stod(s);  // out of int64 range: a number, which bounds then refuse
+    return std::strtod(s.c_str(), nullptr);  // beyond int64: a number, which bounds refuse
   }
   if (std::regex_match(s, kHex)) {
     int64_t v = 0;
@@ -50,8 +51,9 @@ json PlainScalar(const std::string& s) {
     if (ec == std::errc() && end == s.data() + s.size())
       return v;
   }
+  // strtod, not stod: 1e999 becomes infinity (refused by the bounds) instead of throwing.
   if (std::regex_match(s, kFloat))
-    return std::stod(s);
+    return std::strtod(s.c_str(), nullptr);
   return s;
 }
 

@@ -87,7 +87,7 @@ std::vector<LocatedRule> AllRules();
 
 // Structural and value checks of `value` against the schema, as the apiserver applies them:
 // unknown fields, wrong types, missing required fields, enums, bounds, lengths, duplicate set
-// items. Every problem is returned, in document order. Does not run cross-field rules. Sets
+// items. Every problem is returned, fields in key order. Does not run cross-field rules. Sets
 // `*structurally_sound` (when given) to false if a wrong type or unknown field keeps the
 // document from being read into a TrainingJob. Call ApplySchemaDefaults first, as the apiserver
 // does, so that nulls of non-nullable fields count as absent.

@@ -19,7 +19,8 @@ namespace tessera::api {
 void ApplyDefaults(TrainingJob& job);
 
 // Every problem with `job` (schema constraints and cross-field rules), each with its field path,
-// in document order then rule order. Works on a copy with ApplyDefaults applied. Ignores status.
+// schema errors (fields in key order) then rule errors. Works on a copy with ApplyDefaults applied.
+// Ignores status.
 std::vector<FieldError> Validate(const TrainingJob& job);
 
 // Validates one decoded document (e.g. from ParseYaml): schema errors, then, when the document

@@ -131,6 +131,18 @@ TEST(Codec, MultipleDocumentsSkipEmptyOnes) {
   EXPECT_EQ(r.errors[0].path, "");
 }
 
+TEST(Codec, HugeNumbersAreRefusedNotFatal) {
+  const std::string doc =
+      "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: x}\nspec:\n"
+      "  workers: 1e999\n  gpusPerWorker: " +
+      std::string(400, '9') + "\n";
+  DecodeResult r = DecodeYaml(doc);
+  std::vector<std::string> paths;
+  for (const auto& e : r.errors)
+    paths.push_back(e.path);
+  EXPECT_EQ(paths, (std::vector<std::string>{"spec.gpusPerWorker", "spec.workers"}));  // key order
+}
+
 TEST(Codec, QuotedNumberIsATypeError) {
   DecodeResult r = DecodeYaml(
       "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: x}\n"
