@@ -115,7 +115,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "cpu_train_bench: --batch, --steps, --threads must be >= 1\n");
     return 2;
   }
-  const double peak = peak_n > 0 ? MeasureSgemmPeak(peak_n, threads) : 0.0;
+  // Measured before and after training, best kept: on a shared machine either may be slowed.
+  double peak = peak_n > 0 ? MeasureSgemmPeak(peak_n, threads) : 0.0;
   tessera::model::SetKernelThreads(threads);
 
   const int T = config.seq_len;
@@ -141,6 +142,10 @@ int main(int argc, char** argv) {
     last_loss = loss;
     if (s >= warmup)
       timed += Seconds(t0, t1);
+  }
+  if (peak_n > 0) {
+    peak = std::max(peak, MeasureSgemmPeak(peak_n, threads));
+    tessera::model::SetKernelThreads(threads);
   }
   const double tokens_per_s = static_cast<double>(batch) * T * steps / timed;
   const double gflops = StepFlops(config, batch, T) * steps / timed / 1e9;
