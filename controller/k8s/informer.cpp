@@ -48,6 +48,8 @@ void Informer::AddIndex(const std::string& name, IndexFunc fn) {
 }
 
 void Informer::Start() {
+  if (thread_.joinable())
+    return;
   ReflectorOptions ro = options_.reflector;
   ro.label_selector = options_.label_selector;
   ro.field_selector = options_.field_selector;

@@ -57,6 +57,7 @@ class Informer {
   void AddHandlers(InformerHandlers handlers);
   void AddIndex(const std::string& name, IndexFunc fn);
 
+  // Starts the list + watch thread. Once: a stopped informer is not restarted.
   void Start();
   // Stops the thread (cancels the watch) and waits for it. Idempotent.
   void Stop();

@@ -74,6 +74,7 @@ bool LeaderElector::TryAcquireOrRenew() {
   Json spec = lease.value("spec", Json::object());
   std::string holder = spec.value("holderIdentity", "");
   std::string previous_leader;
+  bool held_by_other = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (spec != observed_spec_) {
@@ -83,11 +84,13 @@ bool LeaderElector::TryAcquireOrRenew() {
     previous_leader = observed_holder_;
     observed_holder_ = holder;
     auto their_duration = std::chrono::seconds(spec.value("leaseDurationSeconds", lease_seconds));
-    if (!holder.empty() && holder != config_.identity && observed_time_ + their_duration > now) {
-      if (holder != previous_leader && config_.on_new_leader)
-        config_.on_new_leader(holder);
-      return false;  // someone else holds a lease that has not expired
-    }
+    held_by_other =
+        !holder.empty() && holder != config_.identity && observed_time_ + their_duration > now;
+  }
+  if (held_by_other) {  // someone else holds a lease that has not expired
+    if (holder != previous_leader && config_.on_new_leader)
+      config_.on_new_leader(holder);
+    return false;
   }
 
   Json next = spec;

@@ -41,6 +41,7 @@ struct ApiError {
 };
 
 // Either a T or an ApiError (E). Cheap to move; value() on an error is a programming error.
+// A value type: not synchronised.
 template <typename T, typename E = ApiError>
 class Result {
  public:
