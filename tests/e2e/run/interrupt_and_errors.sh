@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Ctrl-C: the rank checkpoints and stops, the run exits 130, nothing is left, and --resume
+# continues from that checkpoint to the end. Then the errors that stop a run before it starts.
+source "$(dirname "$0")/lib.sh"
+
+ARGS=(run "$TINY" "${SMALL[@]}" --set spec.trainer.schedule.steps=200
+      --set spec.trainer.checkpoint.everySteps=1000 --workdir "$WORK/run")
+"$TESSERA" "${ARGS[@]}" --summary-json "$WORK/int.json" >"$WORK/int.txt" 2>&1 &
+runner=$!
+wait_for 90 "the rank to pass step 10" step_at_least "$WORK/run" 10
+kill -INT "$runner"
+rc=0
+wait "$runner" || rc=$?
+cat "$WORK/int.txt"
+[[ $rc == 130 ]] || fail "exit code $rc after SIGINT, want 130"
+assert_no_survivors "$WORK/run"
+# everySteps is 1000: a checkpoint below step 200 can only come from the stop request.
+ckpt=$(json "$WORK/int.json" 'j["checkpoint"]')
+[[ $ckpt =~ step-([0-9]+)$ ]] || fail "no checkpoint written on SIGINT ($ckpt)"
+step=${BASH_REMATCH[1]}
+((step >= 10 && step < 200)) || fail "checkpoint at step $step, want 10..199"
+
+"$TESSERA" "${ARGS[@]}" --resume --summary-json "$WORK/resumed.json" >"$WORK/resumed.txt" 2>&1 ||
+  { cat "$WORK/resumed.txt"; fail "the resumed run failed"; }
+grep -q "resumed from .*step-$step" "$WORK/run/logs/worker-0-rank-0.log" ||
+  fail "--resume did not continue from step-$step"
+[[ $(json "$WORK/resumed.json" 'j["steps"]') == 200 ]] || fail "the resumed run did not finish"
+assert_no_survivors "$WORK/run"
+
+# An invalid file: the `tessera validate` lines, exit 2, nothing started.
+rc=0
+"$TESSERA" run "$TINY" --set spec.parallelism.tensor=3 --workdir "$WORK/bad" \
+  >"$WORK/bad.txt" 2>&1 || rc=$?
+cat "$WORK/bad.txt"
+[[ $rc == 2 ]] || fail "invalid job: exit code $rc, want 2"
+"$TESSERA" validate <("$PY" - <<'PYEOF'
+import sys
+text = open("manifests/examples/cpu-tiny.yaml").read()
+print(text.replace("data: 2\n", "data: 2\n    tensor: 3\n", 1))
+PYEOF
+) | sed 's/^[^:]*: //' >"$WORK/validate.txt" || true
+sed 's/^[^:]*: //' "$WORK/bad.txt" >"$WORK/bad-stripped.txt"
+[[ -s $WORK/validate.txt ]] || fail "tessera validate found nothing to compare with"
+diff "$WORK/validate.txt" "$WORK/bad-stripped.txt" || fail "messages differ from tessera validate"
+[[ ! -e $WORK/bad ]] || fail "an invalid job created its run directory"
+
+rc=0
+"$TESSERA" run "$TINY" --workdir "$WORK/multi" >"$WORK/multi.txt" 2>&1 || rc=$?
+cat "$WORK/multi.txt"
+[[ $rc == 2 ]] || fail "multi-rank built-in: exit code $rc, want 2"
+[[ $(wc -l <"$WORK/multi.txt") == 1 ]] || fail "want one line"
+
+rc=0
+"$TESSERA" run "$WORK/does-not-exist.yaml" >"$WORK/missing.txt" 2>&1 || rc=$?
+[[ $rc == 2 ]] && grep -q "does-not-exist.yaml: cannot read" "$WORK/missing.txt" ||
+  fail "missing file: exit $rc, $(cat "$WORK/missing.txt")"
+echo PASS
