@@ -9,6 +9,12 @@ std::string KeyOf(const Json& object) {
   return ns.empty() ? name : ns + "/" + name;
 }
 
+void StripManagedFields(Json& object) {
+  auto meta = object.find("metadata");
+  if (meta != object.end() && meta->is_object())
+    meta->erase("managedFields");
+}
+
 IndexFunc IndexByLabel(std::string key) {
   return [key](const Json& object) -> std::vector<std::string> {
     const Json& labels = object.value("metadata", Json::object()).value("labels", Json::object());
@@ -136,6 +142,8 @@ static std::string ResourceVersionOf(const Json& object) {
 }
 
 void Informer::Upsert(Json object) {
+  if (options_.transform)
+    options_.transform(object);
   std::string key = KeyOf(object);
   auto fresh = std::make_shared<const Json>(std::move(object));
   ObjectPtr old;
@@ -172,7 +180,10 @@ void Informer::Remove(const Json& object) {
     items_.erase(it);
   }
   // Hand out the final state the server reported, which may be newer than the cached one.
-  auto last = std::make_shared<const Json>(object);
+  Json final_state = object;
+  if (options_.transform)
+    options_.transform(final_state);
+  auto last = std::make_shared<const Json>(std::move(final_state));
   for (const auto& h : handlers_) {
     if (h.on_delete)
       h.on_delete(last);

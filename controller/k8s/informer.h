@@ -38,10 +38,17 @@ IndexFunc IndexByLabel(std::string key);
 // Index by the UID of every owner reference.
 IndexFunc IndexByOwnerUid();
 
+// Drops metadata.managedFields: server-side-apply bookkeeping that no controller reads and
+// that is often the largest part of an object. The informer's default transform.
+void StripManagedFields(Json& object);
+
 struct InformerOptions {
   std::string label_selector;
   std::string field_selector;
   ReflectorOptions reflector;  // its selectors are overwritten by the two above
+  // Applied to every object before it is cached or handed to handlers (saves memory);
+  // null keeps objects exactly as the server sent them.
+  std::function<void(Json& object)> transform = StripManagedFields;
 };
 
 // Thread-safe: readers (Get, List, ByIndex, HasSynced) may be called from any thread while

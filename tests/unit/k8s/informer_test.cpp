@@ -149,6 +149,23 @@ TEST_F(K8sInformerTest, CachedObjectsAreSharedImmutableSnapshots) {
   EXPECT_EQ((*informer.Get("ns/p"))["spec"]["v"], 2);
 }
 
+TEST_F(K8sInformerTest, ManagedFieldsAreDroppedUnlessTheTransformIsCleared) {
+  Json pod = Pod("p", "a", "u");
+  pod["metadata"]["managedFields"] = Json::array({{{"manager", "kubectl"}}});
+  ASSERT_TRUE(client_.Create(Pods("ns"), pod).ok());
+  Informer stripped(client_, Pods("ns"), FastBackoff());
+  InformerOptions raw_options = FastBackoff();
+  raw_options.transform = nullptr;
+  Informer raw(client_, Pods("ns"), raw_options);
+  stripped.Start();
+  raw.Start();
+  ASSERT_TRUE(stripped.WaitForSync(10s));
+  ASSERT_TRUE(raw.WaitForSync(10s));
+  EXPECT_FALSE((*stripped.Get("ns/p"))["metadata"].contains("managedFields"));
+  EXPECT_EQ((*stripped.Get("ns/p"))["metadata"]["labels"]["job"], "a");
+  EXPECT_TRUE((*raw.Get("ns/p"))["metadata"].contains("managedFields"));
+}
+
 TEST_F(K8sInformerTest, ClosedWatchResumesFromLastVersionIncludingBookmarks) {
   Informer informer(client_, Pods("ns"), FastBackoff());
   informer.Start();
