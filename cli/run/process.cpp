@@ -100,18 +100,24 @@ bool ProcessGroupExists(pid_t pgid) {
   return pgid > 0 && (::kill(-pgid, 0) == 0 || errno == EPERM);
 }
 
-std::optional<int> ReapIfExited(pid_t pid) {
-  int status = 0;
-  const pid_t r = ::waitpid(pid, &status, WNOHANG);
-  if (r == 0)
-    return std::nullopt;
-  if (r < 0)
-    return 255;  // not our child any more (should not happen): treat as lost
-  if (WIFEXITED(status))
-    return WEXITSTATUS(status);
-  if (WIFSIGNALED(status))
-    return 128 + WTERMSIG(status);
-  return 255;
+void BecomeSubreaper() {
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+}
+
+std::vector<std::pair<pid_t, int>> ReapExitedChildren() {
+  std::vector<std::pair<pid_t, int>> exited;
+  while (true) {
+    int status = 0;
+    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid <= 0)
+      break;
+    if (WIFEXITED(status)) {
+      exited.emplace_back(pid, WEXITSTATUS(status));
+    } else if (WIFSIGNALED(status)) {
+      exited.emplace_back(pid, 128 + WTERMSIG(status));
+    }
+  }
+  return exited;
 }
 
 int FreeLoopbackPort() {

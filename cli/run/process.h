@@ -31,9 +31,15 @@ void SignalProcessGroup(pid_t pgid, int signal);
 // True while any process of the group `pgid` exists (including exited, unreaped members).
 bool ProcessGroupExists(pid_t pgid);
 
-// Reaps `pid` if it has exited: its exit code (128 + signal number for a process killed by a
-// signal, as Kubernetes reports it). Absent while it runs.
-std::optional<int> ReapIfExited(pid_t pid);
+// Makes this process the reaper of its orphaned descendants (PR_SET_CHILD_SUBREAPER), so that
+// what a rank leaves behind when it dies is reparented here and can be reaped, rather than
+// lingering as another process's zombie. Process-wide; call once before starting ranks.
+void BecomeSubreaper();
+
+// Reaps every child (or adopted orphan) that has exited, without blocking: (pid, exit code)
+// pairs, the exit code being 128 + signal number for a process killed by a signal, as
+// Kubernetes reports it.
+std::vector<std::pair<pid_t, int>> ReapExitedChildren();
 
 // A free TCP port on 127.0.0.1 at the time of the call (bound to port 0, then released).
 // Returns 0 when none could be had.

@@ -229,6 +229,7 @@ class LocalRun {
 
   lifecycle::Status status_;
   std::map<int64_t, LocalWorker> workers_;
+  std::vector<pid_t> all_groups_;  // every rank's process group, of every attempt
   Clock::time_point started_ = Clock::now();
   // Rank 0's /progress: the latest report, and for the ETA the first report of the attempt.
   std::optional<ProgressReport> progress_;
@@ -256,14 +257,17 @@ void LocalRun::ClearBar() {
 }
 
 void LocalRun::Reap() {
+  std::map<pid_t, int> exited;
+  for (const auto& [pid, code] : ReapExitedChildren())
+    exited[pid] = code;  // ranks, and orphans of ranks adopted as subreaper (ignored)
   for (auto& [index, worker] : workers_) {
     for (Rank& r : worker.ranks) {
       if (r.exit_code)
         continue;
-      const std::optional<int> code = ReapIfExited(r.pid);
-      if (!code)
+      auto it = exited.find(r.pid);
+      if (it == exited.end())
         continue;
-      r.exit_code = code;
+      r.exit_code = it->second;
       r.finished_at = std::chrono::system_clock::now();
       // Whatever the rank left behind in its group goes with it.
       SignalProcessGroup(r.pid, SIGKILL);
@@ -344,8 +348,8 @@ void LocalRun::PollProgress() {
 }
 
 void LocalRun::ShowProgress(bool force_line) {
-  if (!progress_)
-    return;
+  if (!progress_ || progress_->step == 0)
+    return;  // nothing trained yet (loading data, building the model)
   ProgressView view;
   view.report = *progress_;
   view.attempt = status_.attempt;
@@ -435,6 +439,8 @@ void LocalRun::CreateWorkers(const lifecycle::CreateWorkers& create) {
       }
       std::string error;
       r.pid = StartProcessGroup(spec, &error);
+      if (r.pid > 0)
+        all_groups_.push_back(r.pid);
       if (r.pid < 0) {
         // Reported as a failed rank, so the lifecycle decides (restart or fail) as for a crash.
         Say(fmt::format("worker-{} rank {}: cannot start: {}", index, r.rank, error));
@@ -542,6 +548,26 @@ void LocalRun::StopEverything(bool graceful) {
       killed = true;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  // The ranks are gone; what they started may not be. Kill and reap every process left in
+  // their groups (orphans come to us as subreaper), for a bounded time.
+  const auto give_up = Clock::now() + std::chrono::seconds(10);
+  while (true) {
+    std::vector<pid_t> left;
+    for (pid_t pgid : all_groups_) {
+      if (ProcessGroupExists(pgid))
+        left.push_back(pgid);
+    }
+    ReapExitedChildren();
+    if (left.empty())
+      break;
+    if (Clock::now() >= give_up) {
+      Say(fmt::format("warning: process group {} would not go away", left.front()));
+      break;
+    }
+    for (pid_t pgid : left)
+      SignalProcessGroup(pgid, SIGKILL);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   WriteStatusFile();
 }
@@ -725,7 +751,10 @@ int LocalRun::Run() {
     code = reason == lifecycle::reason::kPermanentExitCode ? kRunPermanentExit : kRunFailed;
   }
   Summary s = BuildSummary(code, std::string(lifecycle::ToString(status_.phase)), reason, message);
-  if (code == kRunSucceeded && trainer_ && options_.sample_chars > 0) {
+  if (code == kRunSucceeded && trainer_ && options_.sample_chars > 0 &&
+      trainer_->data.tokenizer != "byte") {
+    Say("sample: only a model trained with the byte tokenizer can be sampled as text");
+  } else if (code == kRunSucceeded && trainer_ && options_.sample_chars > 0) {
     SampleOptions sample;
     sample.prompt = options_.sample_prompt;
     sample.length = options_.sample_chars;
@@ -887,6 +916,7 @@ int RunJob(const RunOptions& options) {
   ignore.sa_handler = SIG_IGN;
   ::sigaction(SIGPIPE, &ignore, &old_pipe);
 
+  BecomeSubreaper();
   LocalRun run(options, std::move(job), std::move(trainer), byo, std::move(container), run_dir,
                worker_binary);
   const int rc = run.Run();

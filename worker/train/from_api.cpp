@@ -51,11 +51,6 @@ Status TrainerConfigFromJob(const api::TrainingJob& job, TrainerConfig* out) {
     return BadConfig("spec.trainer.data.path: missing; name the training text file");
   }
   c.data.path = *t.data.path;
-  if (t.data.tokenizer != "byte") {
-    return BadConfig(fmt::format(
-        "spec.trainer.data.tokenizer: '{}' is not supported by the built-in trainer; use byte",
-        t.data.tokenizer));
-  }
   c.data.tokenizer = t.data.tokenizer;
   c.data.validation_fraction = t.data.validation_fraction;
 

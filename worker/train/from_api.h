@@ -15,7 +15,7 @@ namespace tessera::train {
 // optimizer, schedule, seed, checkpoint), spec.parallelism.microBatches and
 // spec.metrics.port. Fields the job leaves unset keep TrainerConfig's defaults. A job without
 // spec.trainer, or asking for something this trainer cannot do (a decay it does not implement,
-// precision `bf16` on CPU, tokenizer `uint16`, no data path), is kBadConfig naming the field. An absent
+// precision `bf16` on CPU, no data path), is kBadConfig naming the field. An absent
 // spec.trainer.checkpoint gives an empty checkpoint.dir (no checkpoints). Does not check value
 // ranges (ValidateTrainerConfig does). Pure; thread-safe.
 Status TrainerConfigFromJob(const api::TrainingJob& job, TrainerConfig* out);

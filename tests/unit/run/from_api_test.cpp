@@ -133,7 +133,6 @@ TEST(TrainerConfigFromJob, RefusesWhatTheBuiltinTrainerCannotDo) {
       "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: j}\nspec:\n";
   for (const Unsupported& u : std::vector<Unsupported>{
            {"  trainer: {data: {path: x}, precision: bf16}\n", "spec.trainer.precision"},
-           {"  trainer: {data: {path: x, tokenizer: uint16}}\n", "spec.trainer.data.tokenizer"},
            {"  trainer: {data: {}}\n", "spec.trainer.data.path"},
            {"  workers: 1\n", "spec.trainer"},
        }) {
