@@ -1,0 +1,534 @@
+#include "controller/reconcile/controller.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <future>
+
+#include "api/contract.h"
+#include "controller/reconcile/job_view.h"
+#include "controller/reconcile/objects.h"
+#include "controller/reconcile/observe.h"
+#include "controller/reconcile/rfc3339.h"
+#include "lifecycle/decide.h"
+
+namespace tessera::reconcile {
+namespace {
+
+using Json = nlohmann::json;
+using std::chrono::milliseconds;
+
+constexpr char kIndexJob[] = "job";    // "namespace/job-name" of a pod, service or secret
+constexpr char kIndexNode[] = "node";  // spec.nodeName of a pod
+
+const Json& Meta(const Json& object) {
+  static const Json empty = Json::object();
+  auto it = object.find("metadata");
+  return it != object.end() && it->is_object() ? *it : empty;
+}
+
+std::string MetaString(const Json& object, const char* key) {
+  const Json& m = Meta(object);
+  auto it = m.find(key);
+  return it != m.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+// "namespace/job-name" from the tessera.dev/job-name label, or "" without one.
+std::string JobKeyOf(const Json& object) {
+  const Json& m = Meta(object);
+  auto labels = m.find("labels");
+  if (labels == m.end() || !labels->is_object())
+    return "";
+  auto job = labels->find(api::kLabelJobName);
+  if (job == labels->end() || !job->is_string())
+    return "";
+  return MetaString(object, "namespace") + "/" + job->get<std::string>();
+}
+
+bool ControlledBy(const Json& object, const std::string& uid) {
+  const Json& m = Meta(object);
+  auto owners = m.find("ownerReferences");
+  if (owners == m.end() || !owners->is_array())
+    return false;
+  for (const Json& owner : *owners) {
+    if (owner.value("uid", "") == uid && owner.value("controller", false))
+      return true;
+  }
+  return false;
+}
+
+bool Deleting(const Json& object) {
+  const Json& m = Meta(object);
+  return m.contains("deletionTimestamp") && !m["deletionTimestamp"].is_null();
+}
+
+milliseconds CeilMs(std::chrono::steady_clock::duration d) {
+  return std::chrono::ceil<milliseconds>(d);
+}
+
+void Earliest(std::optional<milliseconds>& current, std::optional<milliseconds> candidate) {
+  if (candidate && (!current || *candidate < *current))
+    current = candidate;
+}
+
+}  // namespace
+
+k8s::ResourceRef TrainingJobs(std::string ns) {
+  return {api::kGroup, api::kVersion, "trainingjobs", std::move(ns), ""};
+}
+
+Controller::Controller(k8s::RestClient& client, EventSink& events, ControllerMetrics* metrics,
+                       ProgressPoller* poller, ControllerOptions options)
+    : client_(client),
+      events_(events),
+      metrics_(metrics),
+      poller_(poller),
+      options_(std::move(options)),
+      queue_(options_.queue),
+      expectations_(options_.expectation_ttl) {
+  auto informer_options = [this](const std::string& resource, std::string selector) {
+    k8s::InformerOptions o;
+    o.label_selector = std::move(selector);
+    o.reflector.watch_timeout_seconds = static_cast<int>(options_.watch_timeout_seconds);
+    o.reflector.on_watch_restart = [this, resource] {
+      if (metrics_)
+        metrics_->ObserveWatchRestart(resource);
+    };
+    return o;
+  };
+  const std::string& ns = options_.namespace_;
+  jobs_ = std::make_unique<k8s::Informer>(client_, TrainingJobs(ns),
+                                          informer_options("trainingjobs", ""));
+  pods_ = std::make_unique<k8s::Informer>(client_, k8s::Pods(ns),
+                                          informer_options("pods", api::kLabelJobName));
+  nodes_ = std::make_unique<k8s::Informer>(client_, k8s::Nodes(), informer_options("nodes", ""));
+
+  jobs_->AddHandlers({
+      .on_add = [this](const k8s::ObjectPtr& job) { Enqueue(k8s::KeyOf(*job)); },
+      .on_update = [this](const k8s::ObjectPtr&,
+                          const k8s::ObjectPtr& job) { Enqueue(k8s::KeyOf(*job)); },
+      .on_delete = [this](const k8s::ObjectPtr& job) { Enqueue(k8s::KeyOf(*job)); },
+  });
+  pods_->AddIndex(kIndexJob, [](const Json& pod) -> std::vector<std::string> {
+    std::string key = JobKeyOf(pod);
+    if (key.empty())
+      return {};
+    return {key};
+  });
+  pods_->AddIndex(kIndexNode, [](const Json& pod) -> std::vector<std::string> {
+    std::string node = pod.value("spec", Json::object()).value("nodeName", std::string());
+    if (node.empty())
+      return {};
+    return {node};
+  });
+  pods_->AddHandlers({
+      .on_add = [this](const k8s::ObjectPtr& pod) { OnPod(pod, false); },
+      .on_update = [this](const k8s::ObjectPtr&, const k8s::ObjectPtr& pod) { OnPod(pod, false); },
+      .on_delete = [this](const k8s::ObjectPtr& pod) { OnPod(pod, true); },
+  });
+  nodes_->AddHandlers({
+      .on_add = nullptr,
+      .on_update = [this](const k8s::ObjectPtr& old_node,
+                          const k8s::ObjectPtr& node) { OnNode(old_node, node); },
+      .on_delete = [this](const k8s::ObjectPtr& node) { OnNode(node, nullptr); },
+  });
+}
+
+Controller::~Controller() {
+  Stop();
+}
+
+void Controller::StartInformers() {
+  for (auto* informer : {nodes_.get(), pods_.get(), jobs_.get()})
+    informer->Start();
+}
+
+bool Controller::Synced() const {
+  return jobs_->HasSynced() && pods_->HasSynced() && nodes_->HasSynced();
+}
+
+bool Controller::WaitForSync(std::chrono::steady_clock::duration timeout) const {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (auto* informer : {nodes_.get(), pods_.get(), jobs_.get()}) {
+    const auto left = deadline - std::chrono::steady_clock::now();
+    if (left <= std::chrono::steady_clock::duration::zero() || !informer->WaitForSync(left))
+      return Synced();
+  }
+  return true;
+}
+
+void Controller::RunWorkers() {
+  if (!workers_.empty() || stopped_)
+    return;
+  for (int i = 0; i < std::max(1, options_.workers); ++i)
+    workers_.emplace_back([this] { Worker(); });
+}
+
+void Controller::Stop() {
+  if (stopped_.exchange(true))
+    return;
+  queue_.ShutDown();
+  for (auto& t : workers_)
+    t.join();
+  workers_.clear();
+  for (auto* informer : {jobs_.get(), pods_.get(), nodes_.get()})
+    informer->Stop();
+}
+
+void Controller::Enqueue(const std::string& key) {
+  if (!key.empty())
+    queue_.Add(key);
+  if (metrics_)
+    metrics_->SetWorkqueueDepth(static_cast<double>(queue_.Len()));
+}
+
+void Controller::OnPod(const k8s::ObjectPtr& pod, bool deleted) {
+  const std::string key = JobKeyOf(*pod);
+  if (key.empty())
+    return;
+  const std::string name = MetaString(*pod, "name");
+  const std::string uid = MetaString(*pod, "uid");
+  expectations_.CreationObserved(key, name);
+  if (deleted || Deleting(*pod))
+    expectations_.DeletionObserved(key, uid);
+  Enqueue(key);
+}
+
+void Controller::OnNode(const k8s::ObjectPtr& old_node, const k8s::ObjectPtr& node) {
+  const bool was_ready = old_node && NodeIsReady(*old_node);
+  const bool is_ready = node && NodeIsReady(*node);
+  if (node && was_ready == is_ready)
+    return;
+  const std::string name = MetaString(node ? *node : *old_node, "name");
+  for (const auto& pod : pods_->ByIndex(kIndexNode, name))
+    Enqueue(JobKeyOf(*pod));
+}
+
+void Controller::Forget(const std::string& key) {
+  expectations_.Forget(key);
+  if (poller_)
+    poller_->Untrack(key);
+  std::lock_guard<std::mutex> lock(mu_);
+  written_.erase(key);
+  if (phases_.erase(key) && metrics_) {
+    std::map<std::string, int64_t> counts;
+    for (const auto& [k, phase] : phases_)
+      ++counts[phase];
+    metrics_->SetJobPhases(counts);
+  }
+}
+
+void Controller::UpdatePhaseCounts(const std::string& key, const std::string& phase) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& slot = phases_[key];
+  if (slot == phase)
+    return;
+  slot = phase;
+  if (!metrics_)
+    return;
+  std::map<std::string, int64_t> counts;
+  for (const auto& [k, p] : phases_)
+    ++counts[p];
+  metrics_->SetJobPhases(counts);
+}
+
+void Controller::Worker() {
+  while (auto key = queue_.Get()) {
+    const auto started = std::chrono::steady_clock::now();
+    ReconcileOutcome outcome;
+    try {
+      outcome = Reconcile(*key);
+    } catch (const std::exception& e) {
+      outcome.result = ReconcileOutcome::Result::kError;
+      outcome.error = std::string("internal error: ") + e.what();
+    }
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    std::string result = "success";
+    switch (outcome.result) {
+      case ReconcileOutcome::Result::kSuccess:
+        queue_.Forget(*key);
+        if (outcome.requeue_after) {
+          queue_.AddAfter(*key, *outcome.requeue_after);
+          result = "requeue";
+        }
+        break;
+      case ReconcileOutcome::Result::kConflict:
+        spdlog::debug("reconcile {}: {}; retrying", *key, outcome.error);
+        queue_.AddRateLimited(*key);
+        result = "conflict";
+        break;
+      case ReconcileOutcome::Result::kError:
+        spdlog::warn("reconcile {} failed: {}; retrying", *key, outcome.error);
+        queue_.AddRateLimited(*key);
+        result = "error";
+        break;
+    }
+    queue_.Done(*key);
+    if (metrics_) {
+      metrics_->ObserveReconcile(result, seconds);
+      metrics_->SetWorkqueueDepth(static_cast<double>(queue_.Len()));
+    }
+  }
+}
+
+std::optional<std::string> Controller::EnsureCreated(const k8s::ResourceRef& ref,
+                                                     const Json& object) {
+  auto created = client_.Create(ref, object);
+  if (created.ok() || created.error().IsAlreadyExists())
+    return std::nullopt;
+  return "create " + ref.resource + " " + ref.namespace_ + "/" + MetaString(object, "name") + ": " +
+         created.error().ToString();
+}
+
+std::optional<std::string> Controller::CreatePods(const std::string& key, const Json& job,
+                                                  const std::vector<Json>& pods) {
+  const std::string ns = MetaString(job, "namespace");
+  auto create_one = [this, &key, &ns](const Json& pod) -> std::optional<std::string> {
+    const std::string name = pod["metadata"]["name"];
+    expectations_.ExpectCreation(key, name);
+    auto created = client_.Create(k8s::Pods(ns), pod);
+    if (created.ok())
+      return std::nullopt;
+    expectations_.CreationFailed(key, name);
+    if (created.error().IsAlreadyExists())
+      return std::nullopt;  // an earlier decision's create went through: done
+    return "create pod " + ns + "/" + name + ": " + created.error().ToString();
+  };
+  std::optional<std::string> first_error;
+  const size_t batch = static_cast<size_t>(std::max(1, options_.max_parallel_creates));
+  for (size_t begin = 0; begin < pods.size(); begin += batch) {
+    const size_t end = std::min(pods.size(), begin + batch);
+    if (end - begin == 1) {
+      if (auto err = create_one(pods[begin]); err && !first_error)
+        first_error = err;
+      continue;
+    }
+    std::vector<std::future<std::optional<std::string>>> inflight;
+    for (size_t i = begin; i < end; ++i)
+      inflight.push_back(std::async(std::launch::async, create_one, std::cref(pods[i])));
+    for (auto& f : inflight) {
+      if (auto err = f.get(); err && !first_error)
+        first_error = err;
+    }
+    if (first_error)
+      break;  // the rest would most likely fail the same way
+  }
+  return first_error;
+}
+
+ReconcileOutcome Controller::Reconcile(const std::string& key) {
+  ReconcileOutcome out;
+  k8s::ObjectPtr cached = jobs_->Get(key);
+  if (!cached) {
+    Forget(key);
+    return out;
+  }
+  const Json& object = *cached;
+  const JobView view = ViewJob(object);
+  if (view.deleting) {
+    if (poller_)
+      poller_->Untrack(key);
+    return out;  // the garbage collector removes what it owns
+  }
+  const std::string& ns = view.job.metadata.name_space;
+  const std::string& name = view.job.metadata.name;
+  const std::string& uid = view.job.metadata.uid;
+  const Json raw_status =
+      object.contains("status") && object["status"].is_object() ? object["status"] : Json();
+
+  // Our own status write shows in the cache as its resourceVersion, or (after a relist that
+  // skipped it) as a later object carrying the same status.
+  if (auto rv = expectations_.PendingStatus(key)) {
+    bool seen = view.resource_version == *rv;
+    if (!seen) {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = written_.find(key);
+      seen = it != written_.end() && it->second.uid == uid && raw_status == it->second.status;
+    }
+    if (seen)
+      expectations_.ClearStatus(key);
+  }
+  if (!expectations_.Satisfied(key)) {
+    out.requeue_after = CeilMs(expectations_.TimeToExpiry(key));
+    return out;
+  }
+
+  const auto now = std::chrono::system_clock::now();
+  const std::vector<k8s::ObjectPtr> pod_objects = pods_->ByIndex(kIndexJob, key);
+  std::vector<const Json*> pods;
+  std::vector<PodAge> ages;
+  for (const auto& pod : pod_objects) {
+    if (!ControlledBy(*pod, uid))
+      continue;  // a leftover of an earlier job of the same name; the GC removes it
+    pods.push_back(pod.get());
+    const Json& labels = Meta(*pod).value("labels", Json::object());
+    PodAge age;
+    try {
+      age.attempt = std::stoll(labels.value(api::kLabelAttempt, std::string("0")));
+    } catch (const std::exception&) {
+      continue;
+    }
+    age.created = ParseTime(MetaString(*pod, "creationTimestamp")).value_or(now);
+    ages.push_back(age);
+  }
+  std::vector<k8s::ObjectPtr> nodes_seen;
+  const ObservedWorkers observed = ObserveWorkers(
+      pods,
+      [this, &nodes_seen](const std::string& node) -> const Json* {
+        k8s::ObjectPtr n = nodes_->Get(node);
+        if (!n)
+          return nullptr;
+        nodes_seen.push_back(n);
+        return nodes_seen.back().get();
+      },
+      now);
+
+  const DecodedStatus decoded = DecodeStatus(raw_status);
+  std::optional<PrunedFields> remembered;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = written_.find(key);
+    if (it != written_.end() && it->second.uid == uid)
+      remembered = it->second.pruned;
+  }
+  const lifecycle::Status previous = RecoverPrunedFields(decoded, remembered, ages);
+
+  lifecycle::Observation observation;
+  observation.workers = observed.workers;
+  ProgressDetail detail = decoded.detail;
+  const Json* pod0 = observed.pods.count(0) ? observed.pods.at(0) : nullptr;
+  if (poller_ && pod0) {
+    if (auto sample = poller_->Latest(key, MetaString(*pod0, "uid"))) {
+      observation.progress = lifecycle::Observation::ProgressReport{sample->attempt, sample->step};
+      detail = sample->detail;
+    }
+  }
+
+  const lifecycle::Decision decision =
+      lifecycle::Decide(PolicyOf(view), previous, observation, now);
+  const lifecycle::Status& status = decision.status;
+
+  std::vector<lifecycle::RecordEvent> events;
+  for (const lifecycle::Action& action : decision.actions) {
+    std::optional<std::string> err;
+    if (const auto* del = std::get_if<lifecycle::DeleteWorkers>(&action)) {
+      for (int64_t index : del->indices) {
+        auto it = observed.pods.find(index);
+        if (it == observed.pods.end())
+          continue;
+        const Json& pod = *it->second;
+        if (Deleting(pod) && !del->force)
+          continue;  // already on its way out
+        const std::string pod_uid = MetaString(pod, "uid");
+        const std::string pod_name = MetaString(pod, "name");
+        k8s::DeleteOptions options;
+        options.precondition_uid = pod_uid;
+        if (del->force)
+          options.grace_period_seconds = 0;
+        expectations_.ExpectDeletion(key, pod_uid);
+        auto deleted = client_.Delete(k8s::Pods(ns).Named(pod_name), options);
+        if (!deleted.ok()) {
+          expectations_.DeletionObserved(key, pod_uid);
+          // 404: gone already; 409: the name now holds another pod. Either way, done.
+          if (!deleted.error().IsNotFound() && deleted.error().code != 409) {
+            err = "delete pod " + ns + "/" + pod_name + ": " + deleted.error().ToString();
+            break;
+          }
+        } else {
+          spdlog::info("{}: deleted pod {}{}", key, pod_name, del->force ? " (force)" : "");
+        }
+      }
+    } else if (const auto* create = std::get_if<lifecycle::CreateWorkers>(&action)) {
+      // The Service and Secret go first, once per attempt: creating them is cheap and an
+      // existing one counts, so the controller needs neither to read nor watch Secrets.
+      err = EnsureCreated(k8s::Services(ns), DesiredService(view.job));
+      if (!err) {
+        err = EnsureCreated(k8s::Secrets(ns), DesiredSecret(view.job, NewRendezvousToken()));
+      }
+      if (err) {
+        out.result = ReconcileOutcome::Result::kError;
+        out.error = *err;
+        return out;
+      }
+      std::vector<Json> desired;
+      for (int64_t index : create->indices)
+        desired.push_back(DesiredPod(view.job, index, create->attempt));
+      err = CreatePods(key, object, desired);
+      if (!err)
+        spdlog::info("{}: {}", key, lifecycle::Describe(action));
+    } else if (std::holds_alternative<lifecycle::DeleteJob>(action)) {
+      k8s::DeleteOptions options;
+      options.precondition_uid = uid;
+      options.propagation_policy = "Background";
+      auto deleted = client_.Delete(TrainingJobs(ns).Named(name), options);
+      if (!deleted.ok() && !deleted.error().IsNotFound() && deleted.error().code != 409)
+        err = "delete finished job: " + deleted.error().ToString();
+      else
+        spdlog::info("{}: deleted the job (ttlSecondsAfterFinished)", key);
+    } else if (const auto* event = std::get_if<lifecycle::RecordEvent>(&action)) {
+      events.push_back(*event);
+    }
+    if (err) {
+      // Not persisting the status: the next attempt decides again from the previous one.
+      out.result = ReconcileOutcome::Result::kError;
+      out.error = *err;
+      return out;
+    }
+  }
+
+  const Json new_status = EncodeStatus(status, detail);
+  if (new_status != EncodeStatus(previous, decoded.detail) || raw_status.is_null()) {
+    Json updated = object;
+    updated["status"] = new_status;
+    auto written = client_.UpdateStatus(TrainingJobs(ns).Named(name), updated);
+    if (!written.ok()) {
+      if (written.error().IsNotFound())
+        return out;  // deleted meanwhile
+      out.result = written.error().IsConflict() ? ReconcileOutcome::Result::kConflict
+                                                : ReconcileOutcome::Result::kError;
+      out.error = "update status: " + written.error().ToString();
+      return out;
+    }
+    expectations_.ExpectStatus(key, MetaString(*written, "resourceVersion"));
+    std::lock_guard<std::mutex> lock(mu_);
+    written_[key] = Written{uid, new_status, PrunedFieldsOf(status)};
+  }
+
+  for (const auto& event : events) {
+    spdlog::info("{}: {} {}: {}", key, lifecycle::ToString(event.type), event.reason,
+                 event.message);
+    events_.Record(object, std::string(lifecycle::ToString(event.type)), event.reason,
+                   event.message);
+  }
+  if (metrics_) {
+    if (status.restarts > previous.restarts)
+      metrics_->ObserveJobRestart();
+    if (decision.attempt_startup)
+      metrics_->ObserveJobStartup(std::chrono::duration<double>(*decision.attempt_startup).count());
+  }
+  UpdatePhaseCounts(key, std::string(lifecycle::ToString(status.phase)));
+
+  // Rank 0's progress is read while the attempt runs.
+  if (poller_) {
+    const std::string ip =
+        pod0 ? pod0->value("status", Json::object()).value("podIP", std::string()) : "";
+    const bool current = pod0 && !observed.workers.empty() &&
+                         std::any_of(observed.workers.begin(), observed.workers.end(),
+                                     [&](const lifecycle::Worker& w) {
+                                       return w.index == 0 && w.attempt == status.attempt;
+                                     });
+    if (status.phase == lifecycle::Phase::kRunning && current && !ip.empty() && !view.invalid) {
+      poller_->Track(key, MetaString(*pod0, "uid"), status.attempt, ip,
+                     static_cast<int>(view.job.spec.metrics.port));
+    } else {
+      poller_->Untrack(key);
+    }
+  }
+
+  Earliest(out.requeue_after, decision.requeue_after);
+  Earliest(out.requeue_after, observed.recheck_after);
+  return out;
+}
+
+}  // namespace tessera::reconcile

@@ -1,0 +1,122 @@
+// The TrainingJob controller (DESIGN.md §5): informers on jobs, their pods and nodes fill
+// caches and enqueue job keys; N workers take keys from a rate-limited
+// queue and reconcile one job at a time. Reconcile reads only the caches, decides with
+// lifecycle::Decide, creates and deletes the difference (with expectations, so a lagging cache
+// never causes a second create), writes /status only when it changed, and records events.
+// It does not elect a leader (main.cpp does, and starts workers only while leading).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "controller/k8s/informer.h"
+#include "controller/k8s/rest.h"
+#include "controller/k8s/workqueue.h"
+#include "controller/reconcile/events.h"
+#include "controller/reconcile/expectations.h"
+#include "controller/reconcile/metrics.h"
+#include "controller/reconcile/progress.h"
+#include "controller/reconcile/status.h"
+
+namespace tessera::reconcile {
+
+// The TrainingJob resource.
+k8s::ResourceRef TrainingJobs(std::string ns = "");
+
+struct ControllerOptions {
+  std::string namespace_;  // watch this namespace only; empty: all namespaces
+  int workers = 4;         // concurrent reconciles (of different jobs)
+  std::chrono::steady_clock::duration expectation_ttl = std::chrono::minutes(2);
+  int64_t watch_timeout_seconds = 300;
+  k8s::WorkQueueRateLimiter::Options queue;  // per-key back-off after errors
+  int max_parallel_creates = 16;             // pod creates of one attempt in flight at once
+};
+
+// What one reconcile did, for the worker loop and tests.
+struct ReconcileOutcome {
+  enum class Result { kSuccess, kConflict, kError };
+  Result result = Result::kSuccess;
+  std::optional<std::chrono::milliseconds> requeue_after;  // decide again after this
+  std::string error;                                       // for kConflict/kError
+};
+
+// Thread-safe. Lifetime: construct, Start, (RunWorkers while leading), Stop.
+class Controller {
+ public:
+  // `client`, `events`, `metrics` (nullable) and `poller` (nullable: no progress) must outlive
+  // the controller.
+  Controller(k8s::RestClient& client, EventSink& events, ControllerMetrics* metrics,
+             ProgressPoller* poller, ControllerOptions options);
+  ~Controller();  // Stop()
+  Controller(const Controller&) = delete;
+  Controller& operator=(const Controller&) = delete;
+
+  // Starts the informers. Returns at once.
+  void StartInformers();
+  // True once every informer has listed once.
+  bool Synced() const;
+  // Waits until Synced or `timeout`; returns Synced().
+  bool WaitForSync(std::chrono::steady_clock::duration timeout) const;
+  // Starts the reconcile workers (after WaitForSync). Idempotent.
+  void RunWorkers();
+  // Shuts the queue down, lets workers finish the key in hand, stops informers. Idempotent.
+  void Stop();
+
+  // Reconciles the job `key` ("namespace/name") once, now. For the workers and for tests.
+  ReconcileOutcome Reconcile(const std::string& key);
+
+  // The job `key` as the cache holds it; null when absent.
+  k8s::ObjectPtr CachedJob(const std::string& key) const { return jobs_->Get(key); }
+  // Adds `key` to the queue (tests; informer handlers do this).
+  void Enqueue(const std::string& key);
+  size_t QueueLength() const { return queue_.Len(); }
+  Expectations& expectations() { return expectations_; }
+
+ private:
+  struct Written {
+    std::string uid;
+    nlohmann::json status;  // as sent
+    PrunedFields pruned;
+  };
+
+  void Worker();
+  void OnPod(const k8s::ObjectPtr& pod, bool deleted);
+  void OnNode(const k8s::ObjectPtr& old_node, const k8s::ObjectPtr& node);
+  void Forget(const std::string& key);
+  // Creates `object`; one that exists already counts as created.
+  std::optional<std::string> EnsureCreated(const k8s::ResourceRef& ref,
+                                           const nlohmann::json& object);
+  std::optional<std::string> CreatePods(const std::string& key, const nlohmann::json& job,
+                                        const std::vector<nlohmann::json>& pods);
+  void UpdatePhaseCounts(const std::string& key, const std::string& phase);
+
+  k8s::RestClient& client_;
+  EventSink& events_;
+  ControllerMetrics* metrics_;
+  ProgressPoller* poller_;
+  ControllerOptions options_;
+
+  std::unique_ptr<k8s::Informer> jobs_;
+  std::unique_ptr<k8s::Informer> pods_;
+  std::unique_ptr<k8s::Informer> nodes_;
+  k8s::WorkQueue queue_;
+  Expectations expectations_;
+
+  std::mutex mu_;  // guards written_ and phases_
+  std::map<std::string, Written> written_;
+  std::map<std::string, std::string> phases_;  // key -> phase, for tessera_jobs{phase}
+
+  std::atomic<bool> stopped_{false};
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace tessera::reconcile

@@ -1,0 +1,200 @@
+#include "controller/reconcile/objects.h"
+
+#include <openssl/rand.h>
+
+#include <cstdlib>
+#include <set>
+
+#include "api/contract.h"
+#include "api/version.h"
+
+namespace tessera::reconcile {
+namespace {
+
+constexpr char kGpuResource[] = "nvidia.com/gpu";
+
+Json ObjectMeta(const api::TrainingJob& job, const std::string& name) {
+  return Json{{"name", name},
+              {"namespace", job.metadata.name_space},
+              {"labels", JobObjectLabels(job.metadata.name)},
+              {"ownerReferences", Json::array({OwnerReferenceTo(job)})}};
+}
+
+// Copies string-valued entries of `from` (a labels or annotations map) into `to`.
+void CopyStringMap(const Json& from, Json& to) {
+  if (!from.is_object())
+    return;
+  for (const auto& [key, value] : from.items()) {
+    if (value.is_string())
+      to[key] = value;
+  }
+}
+
+// The container that runs the worker agent: the one named `worker`, else the first.
+Json& WorkerContainer(Json& spec) {
+  Json& containers = spec["containers"];
+  if (!containers.is_array() || containers.empty()) {
+    containers =
+        Json::array({Json{{"name", api::kWorkerContainerName}, {"image", DefaultWorkerImage()}}});
+  }
+  for (Json& container : containers) {
+    if (container.value("name", "") == api::kWorkerContainerName)
+      return container;
+  }
+  return containers.front();
+}
+
+void SetEnvironment(Json& container, const api::TrainingJob& job, int64_t index, int64_t attempt) {
+  const auto contract = api::WorkerEnvironment(
+      job, attempt, index, api::RendezvousEndpoint(job.metadata.name, job.metadata.name_space),
+      /*rdzv_token=*/"");
+  std::set<std::string> ours;
+  for (const auto& [name, value] : contract)
+    ours.insert(name);
+  Json env = Json::array();
+  if (container.contains("env") && container["env"].is_array()) {
+    for (const Json& var : container["env"]) {
+      if (!ours.count(var.value("name", "")))
+        env.push_back(var);
+    }
+  }
+  for (const auto& [name, value] : contract) {
+    if (name == "TESSERA_RDZV_TOKEN") {
+      env.push_back({{"name", name},
+                     {"valueFrom",
+                      {{"secretKeyRef",
+                        {{"name", api::RendezvousSecretName(job.metadata.name)},
+                         {"key", api::kRendezvousTokenKey}}}}}});
+    } else {
+      env.push_back({{"name", name}, {"value", value}});
+    }
+  }
+  container["env"] = std::move(env);
+}
+
+void SetGpus(Json& container, int64_t gpus) {
+  if (gpus <= 0)
+    return;
+  Json& resources = container["resources"];
+  if (!resources.is_object())
+    resources = Json::object();
+  for (const char* kind : {"limits", "requests"}) {
+    if (!resources[kind].is_object())
+      resources[kind] = Json::object();
+    resources[kind][kGpuResource] = std::to_string(gpus);
+  }
+}
+
+void AddPort(Json& container, const std::string& name, int64_t port) {
+  Json& ports = container["ports"];
+  if (!ports.is_array())
+    ports = Json::array();
+  for (const Json& p : ports) {
+    if (p.value("name", "") == name || p.value("containerPort", int64_t{-1}) == port)
+      return;
+  }
+  ports.push_back({{"name", name}, {"containerPort", port}, {"protocol", "TCP"}});
+}
+
+}  // namespace
+
+std::string DefaultWorkerImage() {
+  return "tessera/worker:" + GetBuildInfo().version;
+}
+
+Json OwnerReferenceTo(const api::TrainingJob& job) {
+  return Json{{"apiVersion", api::kApiVersion}, {"kind", api::kKind}, {"name", job.metadata.name},
+              {"uid", job.metadata.uid},        {"controller", true}, {"blockOwnerDeletion", true}};
+}
+
+Json JobObjectLabels(const std::string& job_name) {
+  return Json{{api::kLabelJobName, job_name},
+              {"app.kubernetes.io/name", "tessera"},
+              {"app.kubernetes.io/instance", job_name},
+              {"app.kubernetes.io/managed-by", "tessera-controller"}};
+}
+
+Json DesiredService(const api::TrainingJob& job) {
+  Json selector = Json::object();
+  for (const auto& [key, value] : api::JobSelector(job.metadata.name))
+    selector[key] = value;
+  return Json{{"apiVersion", "v1"},
+              {"kind", "Service"},
+              {"metadata", ObjectMeta(job, api::ServiceName(job.metadata.name))},
+              {"spec",
+               {{"clusterIP", "None"},
+                {"publishNotReadyAddresses", true},
+                {"selector", selector},
+                {"ports", Json::array({{{"name", "rendezvous"},
+                                        {"port", api::kRendezvousPort},
+                                        {"targetPort", api::kRendezvousPort},
+                                        {"protocol", "TCP"}},
+                                       {{"name", "metrics"},
+                                        {"port", job.spec.metrics.port},
+                                        {"targetPort", job.spec.metrics.port},
+                                        {"protocol", "TCP"}}})}}}};
+}
+
+Json DesiredSecret(const api::TrainingJob& job, const std::string& token) {
+  return Json{{"apiVersion", "v1"},
+              {"kind", "Secret"},
+              {"metadata", ObjectMeta(job, api::RendezvousSecretName(job.metadata.name))},
+              {"type", "Opaque"},
+              {"stringData", {{api::kRendezvousTokenKey, token}}}};
+}
+
+std::string NewRendezvousToken() {
+  unsigned char bytes[32];
+  if (RAND_bytes(bytes, sizeof(bytes)) != 1)
+    std::abort();  // no CSPRNG: nothing safe to fall back to
+  static const char* hex = "0123456789abcdef";
+  std::string token;
+  token.reserve(2 * sizeof(bytes));
+  for (unsigned char b : bytes) {
+    token.push_back(hex[b >> 4]);
+    token.push_back(hex[b & 15]);
+  }
+  return token;
+}
+
+Json DesiredPod(const api::TrainingJob& job, int64_t index, int64_t attempt) {
+  const std::string& job_name = job.metadata.name;
+  const Json& tmpl = job.spec.pod_template.is_object() ? job.spec.pod_template : Json::object();
+  const Json tmpl_meta = tmpl.value("metadata", Json::object());
+
+  Json labels = Json::object();
+  CopyStringMap(tmpl_meta.value("labels", Json::object()), labels);
+  for (const auto& [key, value] : api::WorkerPodLabels(job_name, index, attempt))
+    labels[key] = value;
+  Json annotations = Json::object();
+  CopyStringMap(tmpl_meta.value("annotations", Json::object()), annotations);
+
+  const std::string pod_name = api::WorkerPodName(job_name, index);
+  Json meta{{"name", pod_name},
+            {"namespace", job.metadata.name_space},
+            {"labels", labels},
+            {"ownerReferences", Json::array({OwnerReferenceTo(job)})}};
+  if (!annotations.empty())
+    meta["annotations"] = annotations;
+
+  Json spec = tmpl.value("spec", Json::object());
+  if (!spec.is_object())
+    spec = Json::object();
+  spec["hostname"] = pod_name;
+  spec["subdomain"] = api::ServiceName(job_name);
+  spec["restartPolicy"] = "Never";
+  if (!job.spec.scheduling.scheduler_name.empty())
+    spec["schedulerName"] = job.spec.scheduling.scheduler_name;
+  if (!job.spec.scheduling.priority_class_name.empty())
+    spec["priorityClassName"] = job.spec.scheduling.priority_class_name;
+
+  Json& container = WorkerContainer(spec);
+  SetEnvironment(container, job, index, attempt);
+  SetGpus(container, job.spec.gpus_per_worker);
+  AddPort(container, "rendezvous", api::kRendezvousPort);
+  AddPort(container, "metrics", job.spec.metrics.port);
+
+  return Json{{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", meta}, {"spec", spec}};
+}
+
+}  // namespace tessera::reconcile

@@ -1,0 +1,189 @@
+#include "controller/reconcile/progress.h"
+
+#include <arpa/inet.h>
+
+#include <vector>
+
+#include "controller/k8s/transport_cpprest.h"
+
+namespace tessera::reconcile {
+namespace {
+
+class HttpProgressReader final : public ProgressReader {
+ public:
+  std::optional<nlohmann::json> Read(const std::string& host, int port,
+                                     std::chrono::milliseconds timeout) override {
+    k8s::ClientConfig config;
+    const bool v6 = host.find(':') != std::string::npos;
+    config.server = "http://" + (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+    auto transport = k8s::NewCpprestTransport(config);
+    if (!transport.ok())
+      return std::nullopt;
+    k8s::HttpRequest request;
+    request.path = "/progress";
+    request.timeout = timeout;
+    auto response = (*transport)->Send(request);
+    if (!response.ok() || response->status != 200)
+      return std::nullopt;
+    auto body = nlohmann::json::parse(response->body, nullptr, /*allow_exceptions=*/false);
+    if (body.is_discarded())
+      return std::nullopt;
+    return body;
+  }
+};
+
+}  // namespace
+
+std::optional<ProgressSample> ParseProgress(const nlohmann::json& body, int64_t attempt) {
+  if (!body.is_object() || !body.contains("step") || !body["step"].is_number_integer() ||
+      body["step"].get<int64_t>() < 0) {
+    return std::nullopt;
+  }
+  ProgressSample s;
+  s.attempt = attempt;
+  s.step = body["step"].get<int64_t>();
+  auto number = [&](const char* key) {
+    auto it = body.find(key);
+    return it != body.end() && it->is_number() ? it->get<double>() : 0.0;
+  };
+  s.detail.total_steps = static_cast<int64_t>(number("totalSteps"));
+  s.detail.loss = number("loss");
+  s.detail.tokens_per_second = number("tokensPerSecond");
+  return s;
+}
+
+std::unique_ptr<ProgressReader> NewHttpProgressReader() {
+  return std::make_unique<HttpProgressReader>();
+}
+
+std::optional<ProgressPolling> ParseProgressPolling(const std::string& text) {
+  if (text == "pods")
+    return ProgressPolling::kPods;
+  if (text == "loopback-only")
+    return ProgressPolling::kLoopbackOnly;
+  if (text == "off")
+    return ProgressPolling::kOff;
+  return std::nullopt;
+}
+
+bool IsLoopbackAddress(const std::string& ip) {
+  in_addr v4{};
+  if (inet_pton(AF_INET, ip.c_str(), &v4) == 1)
+    return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  if (inet_pton(AF_INET6, ip.c_str(), &v6) == 1)
+    return IN6_IS_ADDR_LOOPBACK(&v6);
+  return false;
+}
+
+ProgressPoller::ProgressPoller(ProgressReader& reader, Options options,
+                               std::function<void(const std::string& key)> on_change)
+    : reader_(reader), options_(options), on_change_(std::move(on_change)) {}
+
+ProgressPoller::~ProgressPoller() {
+  Stop();
+}
+
+bool ProgressPoller::Allowed(const std::string& host) const {
+  switch (options_.polling) {
+    case ProgressPolling::kPods:
+      return !host.empty();
+    case ProgressPolling::kLoopbackOnly:
+      return IsLoopbackAddress(host);
+    case ProgressPolling::kOff:
+      return false;
+  }
+  return false;
+}
+
+void ProgressPoller::Track(const std::string& key, const std::string& uid, int64_t attempt,
+                           const std::string& host, int port) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!Allowed(host)) {
+    targets_.erase(key);
+    return;
+  }
+  Target& t = targets_[key];
+  if (t.uid != uid || t.attempt != attempt)
+    t.latest.reset();
+  t.uid = uid;
+  t.attempt = attempt;
+  t.host = host;
+  t.port = port;
+}
+
+void ProgressPoller::Untrack(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  targets_.erase(key);
+}
+
+std::optional<ProgressSample> ProgressPoller::Latest(const std::string& key,
+                                                     const std::string& uid) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = targets_.find(key);
+  if (it == targets_.end() || it->second.uid != uid)
+    return std::nullopt;
+  return it->second.latest;
+}
+
+size_t ProgressPoller::Targets() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return targets_.size();
+}
+
+void ProgressPoller::PollOnce() {
+  std::vector<std::pair<std::string, Target>> snapshot;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    snapshot.assign(targets_.begin(), targets_.end());
+  }
+  for (const auto& [key, target] : snapshot) {
+    auto body = reader_.Read(target.host, target.port, options_.timeout);
+    std::optional<ProgressSample> sample;
+    if (body)
+      sample = ParseProgress(*body, target.attempt);
+    if (!sample)
+      continue;
+    bool changed = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = targets_.find(key);
+      // The target may have moved on to another pod generation while we read.
+      if (it == targets_.end() || it->second.uid != target.uid ||
+          it->second.attempt != target.attempt) {
+        continue;
+      }
+      changed = !it->second.latest || it->second.latest->step != sample->step;
+      it->second.latest = sample;
+    }
+    if (changed && on_change_)
+      on_change_(key);
+  }
+}
+
+void ProgressPoller::Start() {
+  if (options_.polling == ProgressPolling::kOff || thread_.joinable())
+    return;
+  thread_ = std::thread([this] {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stopping_) {
+      if (cv_.wait_for(lock, options_.interval, [this] { return stopping_; }))
+        break;
+      lock.unlock();
+      PollOnce();
+      lock.lock();
+    }
+  });
+}
+
+void ProgressPoller::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable())
+    thread_.join();
+}
+
+}  // namespace tessera::reconcile

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# The vertical slice: an applied TrainingJob yields its headless Service, its rendezvous
+# Secret and N worker pods with exactly the contract's environment, labels and owner; once kwok
+# runs the pods the job is Running with its conditions. The controller runs as a user bound
+# only to manifests/rbac/.
+source "$TESSERA_SOURCE_DIR/tests/cluster/lib.sh"
+source "$TESSERA_SOURCE_DIR/tests/cluster/controller/controller_lib.sh"
+
+# Least privilege: the controller's identity may not read Secrets.
+if kubectl --kubeconfig "$CONTROLLER_KUBECONFIG" get secrets -n "$TEST_NAMESPACE" >/dev/null 2>&1; then
+  fail "the controller's identity can list secrets; manifests/rbac/ grants too much"
+fi
+
+start_controller
+apply_job gpt 3 "  gpusPerWorker: 1
+  parallelism: {data: 3}"
+uid=$(job_field gpt '{.metadata.uid}')
+
+wait_for 60 "3 pods of job gpt" bash -c "[ \$(kubectl -n $TEST_NAMESPACE get pods -l tessera.dev/job-name=gpt -o name | wc -l) -eq 3 ]"
+
+# Service: headless, publishes not-ready addresses, selects the job's pods, owned by the job.
+svc=$(kns get service gpt -o json)
+expect_eq None "$(json_get 'd["spec"]["clusterIP"]' <<<"$svc")" "service clusterIP"
+expect_eq True "$(json_get 'd["spec"]["publishNotReadyAddresses"]' <<<"$svc")" "publishNotReadyAddresses"
+expect_eq "{'tessera.dev/job-name': 'gpt'}" "$(json_get 'd["spec"]["selector"]' <<<"$svc")" "service selector"
+expect_eq "$uid" "$(json_get 'd["metadata"]["ownerReferences"][0]["uid"]' <<<"$svc")" "service owner"
+
+# Secret: a random token, owned by the job.
+token=$(kns get secret gpt-rendezvous -o jsonpath='{.data.token}' | base64 -d)
+expect_eq 64 "${#token}" "token length"
+expect_eq "$uid" "$(kns get secret gpt-rendezvous -o jsonpath='{.metadata.ownerReferences[0].uid}')" "secret owner"
+
+expected_env="TESSERA_JOB TESSERA_NAMESPACE TESSERA_ATTEMPT TESSERA_NODE_RANK TESSERA_NNODES TESSERA_PROCS_PER_NODE TESSERA_RDZV_ENDPOINT TESSERA_RDZV_TOKEN TESSERA_MESH TESSERA_METRICS_PORT TESSERA_CHECKPOINT_DIR MASTER_ADDR MASTER_PORT WORLD_SIZE NODE_RANK PET_NNODES PET_NPROC_PER_NODE PET_NODE_RANK PET_MASTER_ADDR PET_MASTER_PORT"
+for i in 0 1 2; do
+  pod=$(kns get pod "gpt-worker-$i" -o json)
+  get() { json_get "$1" <<<"$pod"; }
+  expect_eq "gpt" "$(get 'd["metadata"]["labels"]["tessera.dev/job-name"]')" "worker $i job label"
+  expect_eq "$i" "$(get 'd["metadata"]["labels"]["tessera.dev/worker-index"]')" "worker $i index label"
+  expect_eq "0" "$(get 'd["metadata"]["labels"]["tessera.dev/attempt"]')" "worker $i attempt label"
+  expect_eq "tessera" "$(get 'd["metadata"]["labels"]["app.kubernetes.io/name"]')" "worker $i app label"
+  expect_eq "$uid True TrainingJob" \
+    "$(get '" ".join(str(d["metadata"]["ownerReferences"][0][k]) for k in ("uid", "controller", "kind"))')" \
+    "worker $i owner"
+  expect_eq "gpt-worker-$i gpt Never" \
+    "$(get '" ".join(d["spec"][k] for k in ("hostname", "subdomain", "restartPolicy"))')" "worker $i pod spec"
+  expect_eq "1" "$(get 'd["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"]')" "worker $i GPUs"
+  expect_eq "$expected_env" "$(get '" ".join(e["name"] for e in d["spec"]["containers"][0]["env"])')" \
+    "worker $i environment variables"
+  env_of() { get "[e.get(\"value\") for e in d[\"spec\"][\"containers\"][0][\"env\"] if e[\"name\"] == \"$1\"][0]"; }
+  expect_eq "$i" "$(env_of TESSERA_NODE_RANK)" "worker $i TESSERA_NODE_RANK"
+  expect_eq "3" "$(env_of TESSERA_NNODES)" "worker $i TESSERA_NNODES"
+  expect_eq "gpt-worker-0.gpt.$TEST_NAMESPACE.svc:29500" "$(env_of TESSERA_RDZV_ENDPOINT)" "worker $i endpoint"
+  expect_eq "data=3,pipeline=1,tensor=1" "$(env_of TESSERA_MESH)" "worker $i mesh"
+  expect_eq "3" "$(env_of WORLD_SIZE)" "worker $i WORLD_SIZE"
+  expect_eq "gpt-rendezvous/token" \
+    "$(get '[e["valueFrom"]["secretKeyRef"]["name"] + "/" + e["valueFrom"]["secretKeyRef"]["key"] for e in d["spec"]["containers"][0]["env"] if e["name"] == "TESSERA_RDZV_TOKEN"][0]')" \
+    "worker $i token from the secret"
+done
+
+wait_phase 60 gpt Running
+expect_eq "True/JobCreated" "$(condition gpt Created)" "Created condition"
+expect_eq "True/AllWorkersRunning" "$(condition gpt Running)" "Running condition"
+wait_for 30 "PodsReady" bash -c "[ \"\$(kubectl -n $TEST_NAMESPACE get tj gpt -o jsonpath='{.status.conditions[?(@.type==\"PodsReady\")].status}')\" = True ]"
+expect_eq 3 "$(job_field gpt '{.status.workers.ready}')" "workers ready"
+expect_eq 0 "$(job_field gpt '{.status.restarts}')" "restarts"
+gen=$(job_field gpt '{.metadata.generation}')
+expect_eq "$gen" "$(job_field gpt '{.status.observedGeneration}')" "observedGeneration"
+expect_eq "$gen" "$(job_field gpt '{.status.conditions[?(@.type=="Running")].observedGeneration}')" \
+  "Running condition observedGeneration"
+[ -n "$(job_field gpt '{.status.startTime}')" ] || fail "no status.startTime"
+expect_eq 3 "$(pod_count gpt)" "pods of gpt (no duplicates)"
+
+# Events recorded for the transitions, and the metrics served.
+wait_for 30 "an AllWorkersRunning event" bash -c \
+  "kubectl -n $TEST_NAMESPACE get events.events.k8s.io -o jsonpath='{.items[*].reason}' | grep -qw AllWorkersRunning"
+metrics=$(curl -sf "http://127.0.0.1:$CONTROLLER_METRICS_PORT/metrics")
+for m in tessera_controller_reconcile_total tessera_controller_reconcile_duration_seconds \
+  tessera_controller_workqueue_depth tessera_controller_api_requests_total tessera_controller_leader \
+  'tessera_jobs{phase="Running"} 1' tessera_job_startup_seconds_count; do
+  grep -qF "$m" <<<"$metrics" || fail "metric $m missing from /metrics"
+done
+echo "ok: metrics served"

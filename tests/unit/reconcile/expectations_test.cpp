@@ -1,0 +1,122 @@
+// Expectations (controller/reconcile/expectations.h) and progress polling
+// (controller/reconcile/progress.h).
+#include "controller/reconcile/expectations.h"
+
+#include <gtest/gtest.h>
+
+#include <mutex>
+#include <set>
+
+#include "controller/reconcile/progress.h"
+
+namespace tessera::reconcile {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST(Expectations, CreatesDeletesAndStatus) {
+  Expectations e(1h);
+  EXPECT_TRUE(e.Satisfied("ns/j"));
+  e.ExpectCreation("ns/j", "j-worker-0");
+  e.ExpectCreation("ns/j", "j-worker-1");
+  e.ExpectDeletion("ns/j", "uid-old");
+  e.ExpectStatus("ns/j", "42");
+  EXPECT_FALSE(e.Satisfied("ns/j"));
+  EXPECT_TRUE(e.Satisfied("ns/other"));
+
+  e.CreationObserved("ns/j", "j-worker-0");
+  e.CreationFailed("ns/j", "j-worker-1");
+  EXPECT_FALSE(e.Satisfied("ns/j"));
+  e.DeletionObserved("ns/j", "uid-other");  // not what we wait for
+  EXPECT_FALSE(e.Satisfied("ns/j"));
+  e.DeletionObserved("ns/j", "uid-old");
+  EXPECT_EQ(e.PendingStatus("ns/j"), "42");
+  e.StatusObserved("ns/j", "41");
+  EXPECT_FALSE(e.Satisfied("ns/j"));
+  e.StatusObserved("ns/j", "42");
+  EXPECT_TRUE(e.Satisfied("ns/j"));
+  EXPECT_EQ(e.PendingJobs(), 0u);
+}
+
+TEST(Expectations, ExpireAfterTtl) {
+  Expectations e(0ns);
+  e.ExpectCreation("ns/j", "j-worker-0");
+  EXPECT_TRUE(e.Satisfied("ns/j"));  // expired: counts as met, and is cleared
+  EXPECT_EQ(e.PendingJobs(), 0u);
+
+  Expectations f(1h);
+  f.ExpectCreation("ns/j", "j-worker-0");
+  EXPECT_GT(f.TimeToExpiry("ns/j"), 59min);
+  f.Forget("ns/j");
+  EXPECT_TRUE(f.Satisfied("ns/j"));
+  EXPECT_EQ(f.TimeToExpiry("ns/j"), Expectations::Clock::duration::zero());
+}
+
+class ScriptedReader : public ProgressReader {
+ public:
+  std::optional<nlohmann::json> Read(const std::string& host, int port,
+                                     std::chrono::milliseconds) override {
+    std::lock_guard<std::mutex> lock(mu);
+    contacted.insert(host + ":" + std::to_string(port));
+    return body;
+  }
+  std::mutex mu;
+  std::optional<nlohmann::json> body;
+  std::set<std::string> contacted;
+};
+
+TEST(ProgressPoller, LoopbackOnlyNeverContactsPodIps) {
+  ScriptedReader reader;
+  reader.body = nlohmann::json{{"step", 5}};
+  std::vector<std::string> changed;
+  ProgressPoller poller(reader, {ProgressPolling::kLoopbackOnly, 1h, 1s},
+                        [&](const std::string& key) { changed.push_back(key); });
+  poller.Track("ns/a", "pod-a", 0, "10.244.0.7", 9400);
+  poller.Track("ns/b", "pod-b", 1, "127.0.0.1", 9401);
+  EXPECT_EQ(poller.Targets(), 1u);
+  poller.PollOnce();
+  EXPECT_EQ(reader.contacted, (std::set<std::string>{"127.0.0.1:9401"}));
+  EXPECT_EQ(changed, (std::vector<std::string>{"ns/b"}));
+  auto sample = poller.Latest("ns/b", "pod-b");
+  ASSERT_TRUE(sample.has_value());
+  EXPECT_EQ(sample->step, 5);
+  EXPECT_EQ(sample->attempt, 1);
+  EXPECT_FALSE(poller.Latest("ns/b", "another-pod").has_value());
+
+  // The same step again is no change; a new pod generation drops the old sample.
+  poller.PollOnce();
+  EXPECT_EQ(changed.size(), 1u);
+  poller.Track("ns/b", "pod-b2", 2, "127.0.0.1", 9401);
+  EXPECT_FALSE(poller.Latest("ns/b", "pod-b2").has_value());
+}
+
+TEST(ProgressPoller, OffContactsNothing) {
+  ScriptedReader reader;
+  ProgressPoller poller(reader, {ProgressPolling::kOff, 1h, 1s}, nullptr);
+  poller.Track("ns/b", "pod-b", 1, "127.0.0.1", 9401);
+  poller.PollOnce();
+  EXPECT_TRUE(reader.contacted.empty());
+}
+
+TEST(ProgressPoller, ParsesTheTrainerJson) {
+  auto s = ParseProgress(
+      {{"step", 42}, {"totalSteps", 100}, {"loss", 1.25}, {"tokensPerSecond", 9.5}}, 3);
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(*s, (ProgressSample{3, 42, {100, 1.25, 9.5}}));
+  EXPECT_FALSE(ParseProgress({{"step", "x"}}, 0).has_value());
+  EXPECT_FALSE(ParseProgress({{"step", -1}}, 0).has_value());
+  EXPECT_FALSE(ParseProgress(nlohmann::json::array(), 0).has_value());
+}
+
+TEST(IsLoopbackAddress, Table) {
+  EXPECT_TRUE(IsLoopbackAddress("127.0.0.1"));
+  EXPECT_TRUE(IsLoopbackAddress("127.8.9.10"));
+  EXPECT_TRUE(IsLoopbackAddress("::1"));
+  EXPECT_FALSE(IsLoopbackAddress("10.244.1.2"));
+  EXPECT_FALSE(IsLoopbackAddress("::ffff:10.0.0.1"));
+  EXPECT_FALSE(IsLoopbackAddress("localhost"));
+  EXPECT_FALSE(IsLoopbackAddress(""));
+}
+
+}  // namespace
+}  // namespace tessera::reconcile

@@ -1,0 +1,194 @@
+// Desired Service, Secret and Pods of a job (controller/reconcile/objects.h).
+#include "controller/reconcile/objects.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "api/codec.h"
+#include "api/contract.h"
+#include "api/validate.h"
+
+namespace tessera::reconcile {
+namespace {
+
+api::TrainingJob Job(const std::string& yaml) {
+  api::DecodeResult r = api::DecodeYaml(yaml);
+  EXPECT_TRUE(r.errors.empty()) << api::FormatError(r.errors.front());
+  api::TrainingJob job = *r.job;
+  api::ApplyDefaults(job);
+  return job;
+}
+
+const char* kJob = R"(
+apiVersion: tessera.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: gpt, namespace: ml, uid: uid-1, generation: 3}
+spec:
+  workers: 4
+  gpusPerWorker: 8
+  parallelism: {data: 8, pipeline: 2, tensor: 2}
+  metrics: {port: 9400}
+  scheduling: {schedulerName: volcano, priorityClassName: high}
+  template:
+    metadata:
+      labels: {team: nlp, tessera.dev/fail-exit-code: "3", tessera.dev/attempt: "99"}
+      annotations: {tessera.dev/fail-after: 5s}
+    spec:
+      terminationGracePeriodSeconds: 5
+      containers:
+      - name: sidecar
+        image: busybox
+      - name: worker
+        image: tessera/worker:test
+        command: [python, train.py]
+        env:
+        - {name: MY_VAR, value: mine}
+        - {name: WORLD_SIZE, value: "1"}
+        ports:
+        - {name: metrics, containerPort: 9400}
+)";
+
+std::map<std::string, Json> EnvByName(const Json& container) {
+  std::map<std::string, Json> out;
+  for (const Json& var : container["env"])
+    out[var["name"]] = var;
+  return out;
+}
+
+const Json& Container(const Json& pod, const std::string& name) {
+  for (const Json& c : pod["spec"]["containers"]) {
+    if (c["name"] == name)
+      return c;
+  }
+  static const Json none;
+  ADD_FAILURE() << "no container " << name;
+  return none;
+}
+
+TEST(DesiredPod, NamesHostnameOwnerAndPolicy) {
+  const Json pod = DesiredPod(Job(kJob), 2, 1);
+  EXPECT_EQ(pod["metadata"]["name"], "gpt-worker-2");
+  EXPECT_EQ(pod["metadata"]["namespace"], "ml");
+  EXPECT_EQ(pod["spec"]["hostname"], "gpt-worker-2");
+  EXPECT_EQ(pod["spec"]["subdomain"], "gpt");
+  EXPECT_EQ(pod["spec"]["restartPolicy"], "Never");
+  EXPECT_EQ(pod["spec"]["schedulerName"], "volcano");
+  EXPECT_EQ(pod["spec"]["priorityClassName"], "high");
+  EXPECT_EQ(pod["spec"]["terminationGracePeriodSeconds"], 5);
+  const Json& owners = pod["metadata"]["ownerReferences"];
+  ASSERT_EQ(owners.size(), 1u);
+  EXPECT_EQ(owners[0]["apiVersion"], "tessera.dev/v1alpha1");
+  EXPECT_EQ(owners[0]["kind"], "TrainingJob");
+  EXPECT_EQ(owners[0]["name"], "gpt");
+  EXPECT_EQ(owners[0]["uid"], "uid-1");
+  EXPECT_EQ(owners[0]["controller"], true);
+  EXPECT_EQ(owners[0]["blockOwnerDeletion"], true);
+}
+
+TEST(DesiredPod, LabelsFromTemplateThenContract) {
+  const Json labels = DesiredPod(Job(kJob), 2, 1)["metadata"]["labels"];
+  // The contract wins over the template for its own keys.
+  EXPECT_EQ(labels["tessera.dev/job-name"], "gpt");
+  EXPECT_EQ(labels["tessera.dev/worker-index"], "2");
+  EXPECT_EQ(labels["tessera.dev/attempt"], "1");
+  EXPECT_EQ(labels["app.kubernetes.io/name"], "tessera");
+  EXPECT_EQ(labels["app.kubernetes.io/instance"], "gpt");
+  EXPECT_EQ(labels["app.kubernetes.io/component"], "worker");
+  EXPECT_EQ(labels["app.kubernetes.io/managed-by"], "tessera-controller");
+  // The template's own labels and annotations (kwok's failure label) are kept.
+  EXPECT_EQ(labels["team"], "nlp");
+  EXPECT_EQ(labels["tessera.dev/fail-exit-code"], "3");
+  EXPECT_EQ(DesiredPod(Job(kJob), 2, 1)["metadata"]["annotations"]["tessera.dev/fail-after"], "5s");
+}
+
+TEST(DesiredPod, ContractEnvironmentOnTheWorkerContainerOnly) {
+  const api::TrainingJob job = Job(kJob);
+  const Json pod = DesiredPod(job, 2, 1);
+  EXPECT_FALSE(Container(pod, "sidecar").contains("env"));
+  const Json& worker = Container(pod, "worker");
+  auto env = EnvByName(worker);
+  const auto contract = api::WorkerEnvironment(job, 1, 2, "gpt-worker-0.gpt.ml.svc:29500", "");
+  for (const auto& [name, value] : contract) {
+    ASSERT_TRUE(env.count(name)) << name;
+    if (name == "TESSERA_RDZV_TOKEN") {
+      EXPECT_FALSE(env[name].contains("value"));
+      EXPECT_EQ(env[name]["valueFrom"]["secretKeyRef"]["name"], "gpt-rendezvous");
+      EXPECT_EQ(env[name]["valueFrom"]["secretKeyRef"]["key"], "token");
+    } else {
+      EXPECT_EQ(env[name]["value"], value) << name;
+    }
+  }
+  // The template's variable stays; one the contract defines is replaced, not duplicated.
+  EXPECT_EQ(env["MY_VAR"]["value"], "mine");
+  EXPECT_EQ(env["WORLD_SIZE"]["value"], "32");
+  EXPECT_EQ(worker["env"].size(), contract.size() + 1);
+  EXPECT_EQ(env["TESSERA_NODE_RANK"]["value"], "2");
+  EXPECT_EQ(env["TESSERA_ATTEMPT"]["value"], "1");
+  EXPECT_EQ(env["TESSERA_RDZV_ENDPOINT"]["value"], "gpt-worker-0.gpt.ml.svc:29500");
+  EXPECT_EQ(env["TESSERA_MESH"]["value"], "data=8,pipeline=2,tensor=2");
+  EXPECT_EQ(worker["command"], Json::array({"python", "train.py"}));
+}
+
+TEST(DesiredPod, GpusAndPorts) {
+  const Json worker = Container(DesiredPod(Job(kJob), 0, 0), "worker");
+  EXPECT_EQ(worker["resources"]["limits"]["nvidia.com/gpu"], "8");
+  EXPECT_EQ(worker["resources"]["requests"]["nvidia.com/gpu"], "8");
+  std::set<std::string> names;
+  for (const Json& p : worker["ports"])
+    names.insert(p["name"]);
+  EXPECT_EQ(names, (std::set<std::string>{"metrics", "rendezvous"}));
+  EXPECT_EQ(worker["ports"].size(), 2u);  // the template's metrics port is not duplicated
+}
+
+TEST(DesiredPod, CpuJobWithoutTemplateGetsADefaultWorker) {
+  const api::TrainingJob job = Job(R"(
+apiVersion: tessera.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: tiny, namespace: default, uid: u}
+spec:
+  workers: 2
+  trainer:
+    model: {layers: 2, dModel: 64, heads: 4, seqLen: 64}
+    data: {path: /data/x.txt}
+    batch: {global: 16}
+    schedule: {steps: 10}
+)");
+  const Json pod = DesiredPod(job, 1, 0);
+  ASSERT_EQ(pod["spec"]["containers"].size(), 1u);
+  const Json& worker = pod["spec"]["containers"][0];
+  EXPECT_EQ(worker["name"], "worker");
+  EXPECT_EQ(worker["image"], DefaultWorkerImage());
+  EXPECT_FALSE(worker.contains("resources"));  // gpusPerWorker 0: no GPU request
+  EXPECT_FALSE(pod["spec"].contains("schedulerName"));
+  EXPECT_EQ(EnvByName(worker)["TESSERA_NNODES"]["value"], "2");
+}
+
+TEST(DesiredService, HeadlessPublishingNotReadyAddresses) {
+  const Json svc = DesiredService(Job(kJob));
+  EXPECT_EQ(svc["metadata"]["name"], "gpt");
+  EXPECT_EQ(svc["spec"]["clusterIP"], "None");
+  EXPECT_EQ(svc["spec"]["publishNotReadyAddresses"], true);
+  EXPECT_EQ(svc["spec"]["selector"], Json({{"tessera.dev/job-name", "gpt"}}));
+  EXPECT_EQ(svc["spec"]["ports"][0]["port"], 29500);
+  EXPECT_EQ(svc["metadata"]["labels"]["tessera.dev/job-name"], "gpt");
+  EXPECT_EQ(svc["metadata"]["ownerReferences"][0]["uid"], "uid-1");
+}
+
+TEST(DesiredSecret, HoldsTheTokenUnderItsKey) {
+  const Json secret = DesiredSecret(Job(kJob), "abc");
+  EXPECT_EQ(secret["metadata"]["name"], "gpt-rendezvous");
+  EXPECT_EQ(secret["stringData"]["token"], "abc");
+  EXPECT_EQ(secret["metadata"]["ownerReferences"][0]["controller"], true);
+}
+
+TEST(NewRendezvousToken, RandomHex) {
+  const std::string a = NewRendezvousToken();
+  const std::string b = NewRendezvousToken();
+  EXPECT_EQ(a.size(), 64u);
+  EXPECT_EQ(a.find_first_not_of("0123456789abcdef"), std::string::npos);
+  EXPECT_NE(a, b);
+}
+
+}  // namespace
+}  // namespace tessera::reconcile

@@ -1,0 +1,183 @@
+// Pods and nodes -> lifecycle workers (controller/reconcile/observe.h).
+#include "controller/reconcile/observe.h"
+
+#include <gtest/gtest.h>
+
+#include "controller/reconcile/rfc3339.h"
+
+namespace tessera::reconcile {
+namespace {
+
+using lifecycle::WorkerPhase;
+using namespace std::chrono_literals;
+
+const lifecycle::TimePoint kNow = *ParseTime("2026-03-01T12:00:00Z");
+
+Json Pod(int index, int attempt, const std::string& phase, Json status_extra = Json::object(),
+         Json spec_extra = Json::object()) {
+  Json pod = {{"metadata",
+               {{"name", "j-worker-" + std::to_string(index)},
+                {"uid", "u" + std::to_string(index)},
+                {"labels",
+                 {{"tessera.dev/worker-index", std::to_string(index)},
+                  {"tessera.dev/attempt", std::to_string(attempt)}}}}},
+              {"spec", {{"nodeName", "n1"}}},
+              {"status", {{"phase", phase}}}};
+  if (status_extra.is_object())
+    pod["status"].update(status_extra);
+  if (spec_extra.is_object())
+    pod["spec"].update(spec_extra);
+  return pod;
+}
+
+Json Terminated(const std::string& container, int code, const std::string& reason = "Error") {
+  return {{"name", container},
+          {"state",
+           {{"terminated",
+             {{"exitCode", code}, {"reason", reason}, {"finishedAt", "2026-03-01T11:59:00Z"}}}}}};
+}
+
+Json Node(const std::string& ready, const std::string& since) {
+  return {
+      {"metadata", {{"name", "n1"}}},
+      {"status",
+       {{"conditions",
+         Json::array({{{"type", "Ready"}, {"status", ready}, {"lastTransitionTime", since}}})}}}};
+}
+
+lifecycle::Worker One(const Json& pod, const Json* node = nullptr) {
+  Json n = node ? *node : Node("True", "2026-03-01T10:00:00Z");
+  ObservedWorkers o = ObserveWorkers(
+      {&pod}, [&](const std::string&) -> const Json* { return &n; }, kNow);
+  EXPECT_EQ(o.workers.size(), 1u);
+  return o.workers.empty() ? lifecycle::Worker{} : o.workers[0];
+}
+
+TEST(ObserveWorkers, PhaseReadinessAndIdentity) {
+  struct Case {
+    const char* name;
+    Json pod;
+    WorkerPhase phase;
+    bool ready;
+  };
+  const Json ready_cond = {{"conditions", Json::array({{{"type", "Ready"}, {"status", "True"}}})}};
+  const Case cases[] = {
+      {"pending", Pod(1, 2, "Pending"), WorkerPhase::kPending, false},
+      {"running not ready", Pod(1, 2, "Running"), WorkerPhase::kRunning, false},
+      {"running ready", Pod(1, 2, "Running", ready_cond), WorkerPhase::kRunning, true},
+      {"succeeded", Pod(1, 2, "Succeeded"), WorkerPhase::kSucceeded, false},
+      {"no status", Json{{"metadata", Pod(1, 2, "x")["metadata"]}}, WorkerPhase::kPending, false},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    lifecycle::Worker w = One(c.pod);
+    EXPECT_EQ(w.phase, c.phase);
+    EXPECT_EQ(w.ready, c.ready);
+    EXPECT_EQ(w.index, 1);
+    EXPECT_EQ(w.attempt, 2);
+    EXPECT_EQ(w.name, "j-worker-1");
+    EXPECT_FALSE(w.node_lost);
+  }
+}
+
+TEST(ObserveWorkers, ExitCodeFromTheWorkerContainer) {
+  struct Case {
+    const char* name;
+    Json statuses;
+    int64_t code;
+    std::string reason;
+  };
+  const Case cases[] = {
+      {"worker container", Json::array({Terminated("sidecar", 9), Terminated("worker", 3)}), 3,
+       "Error"},
+      {"first non-zero without a worker container",
+       Json::array({Terminated("a", 0, "Completed"), Terminated("b", 137, "OOMKilled")}), 137,
+       "OOMKilled"},
+      {"only zero", Json::array({Terminated("a", 0, "Completed")}), 0, "Completed"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    lifecycle::Worker w = One(Pod(0, 0, "Failed", {{"containerStatuses", c.statuses}}));
+    ASSERT_TRUE(w.exit_code.has_value());
+    EXPECT_EQ(*w.exit_code, c.code);
+    EXPECT_EQ(w.reason, c.reason);
+    ASSERT_TRUE(w.finished_at.has_value());
+    EXPECT_EQ(*w.finished_at, *ParseTime("2026-03-01T11:59:00Z"));
+  }
+}
+
+TEST(ObserveWorkers, FailedPodWithoutContainersTakesThePodReason) {
+  lifecycle::Worker w =
+      One(Pod(0, 0, "Failed", {{"reason", "Evicted"}, {"message", "low on memory"}}));
+  EXPECT_FALSE(w.exit_code.has_value());
+  EXPECT_EQ(w.reason, "Evicted");
+  EXPECT_EQ(w.message, "low on memory");
+}
+
+TEST(ObserveWorkers, Deleting) {
+  Json pod = Pod(0, 0, "Running");
+  pod["metadata"]["deletionTimestamp"] = "2026-03-01T11:00:00Z";
+  EXPECT_TRUE(One(pod).deleting);
+  EXPECT_FALSE(One(Pod(0, 0, "Running")).deleting);
+}
+
+TEST(ObserveWorkers, NodeLostAfterTheGracePeriod) {
+  struct Case {
+    const char* name;
+    Json pod;
+    std::optional<Json> node;  // nullopt: the node does not exist
+    bool lost;
+    std::optional<lifecycle::Duration> recheck;
+  };
+  const Json grace10 = {{"terminationGracePeriodSeconds", 10}};
+  const Case cases[] = {
+      {"ready node", Pod(0, 0, "Running"), Node("True", "2026-03-01T11:00:00Z"), false, {}},
+      {"not ready past default grace",
+       Pod(0, 0, "Running"),
+       Node("False", "2026-03-01T11:59:29Z"),
+       true,
+       {}},
+      {"not ready within default grace", Pod(0, 0, "Running"),
+       Node("Unknown", "2026-03-01T11:59:50Z"), false, lifecycle::Duration(20s)},
+      {"not ready past the pod's own grace",
+       Pod(0, 0, "Running", {}, grace10),
+       Node("False", "2026-03-01T11:59:50Z"),
+       true,
+       {}},
+      {"node gone", Pod(0, 0, "Running"), std::nullopt, true, {}},
+      {"finished pod is not lost", Pod(0, 0, "Succeeded"), std::nullopt, false, {}},
+      {"phase Unknown", Pod(0, 0, "Unknown"), Node("True", "2026-03-01T11:00:00Z"), true, {}},
+      {"reason NodeLost",
+       Pod(0, 0, "Running", {{"reason", "NodeLost"}}),
+       Node("True", "2026-03-01T11:00:00Z"),
+       true,
+       {}},
+      {"unscheduled pod", Pod(0, 0, "Pending", {}, {{"nodeName", ""}}), std::nullopt, false, {}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    ObservedWorkers o = ObserveWorkers(
+        {&c.pod}, [&](const std::string&) -> const Json* { return c.node ? &*c.node : nullptr; },
+        kNow);
+    ASSERT_EQ(o.workers.size(), 1u);
+    EXPECT_EQ(o.workers[0].node_lost, c.lost);
+    EXPECT_EQ(o.recheck_after, c.recheck);
+  }
+}
+
+TEST(ObserveWorkers, SkipsPodsWithoutLabelsAndDuplicateIndices) {
+  Json a = Pod(0, 1, "Running");
+  Json b = Pod(0, 0, "Running");
+  b["metadata"]["name"] = "z-duplicate";
+  Json c = Pod(1, 0, "Running");
+  c["metadata"]["labels"].erase("tessera.dev/attempt");
+  Json d = Pod(2, 0, "Running");
+  d["metadata"]["labels"]["tessera.dev/worker-index"] = "two";
+  ObservedWorkers o = ObserveWorkers({&b, &c, &a, &d}, nullptr, kNow);
+  ASSERT_EQ(o.workers.size(), 1u);
+  EXPECT_EQ(o.workers[0].attempt, 1);
+  EXPECT_EQ(o.pods.at(0), &a);
+}
+
+}  // namespace
+}  // namespace tessera::reconcile

@@ -1,0 +1,157 @@
+// lifecycle::Status <-> .status JSON (controller/reconcile/status.h) and RFC 3339 times.
+#include "controller/reconcile/status.h"
+
+#include <gtest/gtest.h>
+
+#include "controller/reconcile/rfc3339.h"
+
+namespace tessera::reconcile {
+namespace {
+
+using namespace std::chrono_literals;
+using lifecycle::Phase;
+
+lifecycle::TimePoint T(const char* text) {
+  auto t = ParseTime(text);
+  EXPECT_TRUE(t.has_value()) << text;
+  return t.value_or(lifecycle::TimePoint{});
+}
+
+lifecycle::Status Full() {
+  lifecycle::Status s;
+  s.phase = Phase::kRunning;
+  s.conditions = {
+      {lifecycle::ConditionType::kCreated, lifecycle::ConditionStatus::kTrue, "JobCreated",
+       "job accepted", T("2026-03-01T10:00:00Z"), 2},
+      {lifecycle::ConditionType::kRestarting, lifecycle::ConditionStatus::kFalse, "Running", "",
+       T("2026-03-01T10:05:00Z"), 2},
+  };
+  s.workers = {4, 3, 0, 1};
+  s.restarts = 1;
+  s.attempt = 2;
+  s.start_time = T("2026-03-01T10:00:01Z");
+  s.attempt_start_time = T("2026-03-01T10:04:00Z");
+  s.last_failure =
+      lifecycle::Failure{"WorkerFailed", "worker-3 failed with exit code 1", "j-worker-3", 1};
+  s.progress = lifecycle::ProgressMark{2, 420, T("2026-03-01T10:06:00Z")};
+  s.observed_generation = 2;
+  return s;
+}
+
+TEST(Rfc3339, FormatsAndParses) {
+  const auto t = T("2026-03-01T10:00:00Z") + 1234567us;
+  EXPECT_EQ(FormatTime(t), "2026-03-01T10:00:01Z");
+  EXPECT_EQ(FormatMicroTime(t), "2026-03-01T10:00:01.234567Z");
+  EXPECT_EQ(T("2026-03-01T12:00:00+02:00"), T("2026-03-01T10:00:00Z"));
+  EXPECT_EQ(T("2026-03-01T10:00:00.5Z"), T("2026-03-01T10:00:00Z") + 500ms);
+  for (const char* bad : {"", "2026-03-01", "2026-13-01T00:00:00Z", "2026-03-01T10:00:00",
+                          "2026-03-01T10:00:00Zjunk", "2026-03-01T10:00:00.Z"}) {
+    EXPECT_FALSE(ParseTime(bad).has_value()) << bad;
+  }
+}
+
+TEST(EncodeStatus, Fields) {
+  const Json j = EncodeStatus(Full(), {2000, 1.5, 51200});
+  EXPECT_EQ(j["phase"], "Running");
+  EXPECT_EQ(j["conditions"][0]["type"], "Created");
+  EXPECT_EQ(j["conditions"][0]["status"], "True");
+  EXPECT_EQ(j["conditions"][0]["reason"], "JobCreated");
+  EXPECT_EQ(j["conditions"][0]["lastTransitionTime"], "2026-03-01T10:00:00Z");
+  EXPECT_EQ(j["conditions"][0]["observedGeneration"], 2);
+  EXPECT_FALSE(j["conditions"][1].contains("message"));
+  EXPECT_EQ(j["workers"], Json({{"active", 4}, {"ready", 3}, {"succeeded", 0}, {"failed", 1}}));
+  EXPECT_EQ(j["restarts"], 1);
+  EXPECT_EQ(j["attempt"], 2);
+  EXPECT_EQ(j["lastFailure"]["exitCode"], 1);
+  EXPECT_EQ(j["lastFailure"]["worker"], "j-worker-3");
+  EXPECT_EQ(j["progress"]["step"], 420);
+  EXPECT_EQ(j["progress"]["totalSteps"], 2000);
+  EXPECT_EQ(j["progress"]["loss"], 1.5);
+  EXPECT_EQ(j["progress"]["updatedAt"], "2026-03-01T10:06:00Z");
+  EXPECT_EQ(j["startTime"], "2026-03-01T10:00:01Z");
+  EXPECT_FALSE(j.contains("completionTime"));
+  EXPECT_EQ(j["observedGeneration"], 2);
+}
+
+TEST(EncodeStatus, ClampsExitCodesToTheSchema) {
+  lifecycle::Status s;
+  s.last_failure = lifecycle::Failure{"WorkerFailed", "", "w", 999};
+  EXPECT_EQ(EncodeStatus(s, {})["lastFailure"]["exitCode"], 255);
+}
+
+TEST(DecodeStatus, RoundTrip) {
+  const lifecycle::Status s = Full();
+  const ProgressDetail detail{2000, 1.5, 51200};
+  const DecodedStatus d = DecodeStatus(EncodeStatus(s, detail));
+  EXPECT_EQ(d.status, s);
+  EXPECT_EQ(d.detail, detail);
+  EXPECT_TRUE(d.has_attempt);
+  EXPECT_TRUE(d.has_attempt_start_time);
+  EXPECT_TRUE(d.has_progress_attempt);
+}
+
+TEST(DecodeStatus, EmptyAndMalformed) {
+  for (const Json& in : {Json(), Json::object(), Json::array(),
+                         Json{{"phase", "Exploded"}, {"conditions", "nope"}, {"restarts", "x"}}}) {
+    SCOPED_TRACE(in.dump());
+    const DecodedStatus d = DecodeStatus(in);
+    EXPECT_EQ(d.status, lifecycle::Status{});
+    EXPECT_FALSE(d.has_attempt);
+  }
+  const DecodedStatus d =
+      DecodeStatus({{"conditions", Json::array({{{"type", "Weird"}, {"status", "True"}},
+                                                {{"type", "Created"}, {"status", "True"}}})}});
+  ASSERT_EQ(d.status.conditions.size(), 1u);
+  EXPECT_EQ(d.status.conditions[0].type, lifecycle::ConditionType::kCreated);
+}
+
+TEST(RecoverPrunedFields, Table) {
+  // A status as a CRD without attempt/attemptStartTime/progress.attempt stores it.
+  Json pruned = EncodeStatus(Full(), {});
+  pruned.erase("attempt");
+  pruned.erase("attemptStartTime");
+  pruned["progress"].erase("attempt");
+  const DecodedStatus decoded = DecodeStatus(pruned);
+  ASSERT_FALSE(decoded.has_attempt);
+
+  struct Case {
+    const char* name;
+    std::optional<PrunedFields> remembered;
+    std::vector<PodAge> pods;
+    int64_t attempt;
+    std::optional<lifecycle::TimePoint> attempt_start;
+    int64_t progress_attempt;
+  };
+  const Case cases[] = {
+      {"remembered",
+       PrunedFields{2, T("2026-03-01T10:04:00Z"), 2},
+       {},
+       2,
+       T("2026-03-01T10:04:00Z"),
+       2},
+      {"from pods: newest attempt, earliest creation",
+       std::nullopt,
+       {{2, T("2026-03-01T10:04:03Z")},
+        {2, T("2026-03-01T10:04:01Z")},
+        {1, T("2026-03-01T09:00:00Z")}},
+       2,
+       T("2026-03-01T10:04:01Z"),
+       -1},
+      {"no pods: at least the restarts", std::nullopt, {}, 1, std::nullopt, -1},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const lifecycle::Status s = RecoverPrunedFields(decoded, c.remembered, c.pods);
+    EXPECT_EQ(s.attempt, c.attempt);
+    EXPECT_EQ(s.attempt_start_time, c.attempt_start);
+    ASSERT_TRUE(s.progress.has_value());
+    EXPECT_EQ(s.progress->attempt, c.progress_attempt);
+    EXPECT_EQ(s.restarts, 1);
+  }
+  // Present fields are never overridden.
+  const DecodedStatus full = DecodeStatus(EncodeStatus(Full(), {}));
+  EXPECT_EQ(RecoverPrunedFields(full, PrunedFields{7, std::nullopt, 7}, {{9, {}}}), Full());
+}
+
+}  // namespace
+}  // namespace tessera::reconcile
