@@ -219,14 +219,28 @@ float Gpt::Forward(std::span<const int32_t> tokens, std::span<const int32_t> tar
   return static_cast<float>(loss);
 }
 
-void Gpt::Backward(float loss_scale) {
+void Gpt::Backward(float loss_scale, const GradientsReadyFn& on_ready) {
   State& s = *state_;
   if (!s.have_forward || s.targets.empty()) {
     throw std::logic_error("Gpt::Backward: needs a Forward with targets first");
   }
   const cpu::GptParams<float> p = cpu::BindParams(config_, params_.data());
   const cpu::GptParams<float> g = cpu::BindParams(config_, grads_.data());
-  cpu::GptBackward(config_, p, g, s.acts, s.tokens.data(), s.targets.data(), s.B, s.T, loss_scale);
+  std::function<void(int)> block_done;
+  if (on_ready) {
+    // Block l's tensors start at its first tensor's offset; everything after it (later blocks,
+    // the final layer norm) is already final when block l is.
+    std::vector<int64_t> block_offset(config_.layers, 0);
+    for (const ParameterTensor& t : GptParameterTensors(config_)) {
+      if (t.layer >= 0 && block_offset[t.layer] == 0)
+        block_offset[t.layer] = t.offset;
+    }
+    block_done = [&on_ready, block_offset](int layer) {
+      on_ready(layer < 0 ? 0 : block_offset[layer]);
+    };
+  }
+  cpu::GptBackward(config_, p, g, s.acts, s.tokens.data(), s.targets.data(), s.B, s.T, loss_scale,
+                   block_done ? &block_done : nullptr);
   s.have_forward = false;  // the logits now hold their gradient
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -47,6 +48,14 @@ struct ParameterTensor {
 // The tensors of a configuration in buffer order; their sizes sum to GptParameterCount.
 std::vector<ParameterTensor> GptParameterTensors(const GptConfig& config);
 
+// Called during Gpt::Backward each time a suffix of the flat gradient buffer holds its final
+// value for this pass: `first` is the offset (in floats) from which every gradient up to the
+// end of the buffer is final. Calls come in decreasing order of `first`: after the final layer
+// norm and block L-1, after each block down to 0, and last with 0 once the embeddings are done
+// (wte is shared with the LM head, so the front of the buffer completes last). Data
+// parallelism starts a bucket's reduction from here while backward continues.
+using GradientsReadyFn = std::function<void(int64_t first)>;
+
 // Number of threads the CPU kernels use, process-wide (default: OpenMP's, i.e.
 // OMP_NUM_THREADS or the number of CPUs). Call it before training from the thread that runs
 // Forward/Backward. Matrix products are split over these threads with one single-threaded
@@ -83,8 +92,10 @@ class Gpt {
   // Backward pass of the last Forward (which must have had targets); *adds* into
   // gradients(), so call ZeroGradients() first unless accumulating micro-batches.
   // The loss gradient is scaled by `loss_scale` (1/micro_batches when accumulating).
+  // `on_ready`, when set, is called from this thread as gradients become final (see
+  // GradientsReadyFn); it must not touch gradients() before them.
   // Throws std::logic_error when there is no such Forward (or Backward already ran on it).
-  void Backward(float loss_scale = 1.0f);
+  void Backward(float loss_scale = 1.0f, const GradientsReadyFn& on_ready = {});
 
   void ZeroGradients();
 

@@ -123,7 +123,7 @@ double GptForward(const GptConfig& config, const GptParams<F>& params, GptActiva
 template <typename F>
 void GptBackward(const GptConfig& config, const GptParams<F>& params, const GptParams<F>& grads,
                  GptActivations<F>& acts, const int32_t* tokens, const int32_t* targets, int B,
-                 int T, F loss_scale) {
+                 int T, F loss_scale, const std::function<void(int)>* block_done) {
   const int C = config.d_model;
   const int NH = config.heads;
   const int V = config.vocab;
@@ -165,8 +165,12 @@ void GptBackward(const GptConfig& config, const GptParams<F>& params, const GptP
                     3 * C);
     layernorm_backward(dres, g.ln1w, g.ln1b, acts.dln.data(), residual, p.ln1w, a.ln1_mean.data(),
                        a.ln1_rstd.data(), N, C);
+    if (block_done != nullptr)
+      (*block_done)(l);
   }
   encoder_backward(grads.wte, grads.wpe, dres, tokens, B, T, C);
+  if (block_done != nullptr)
+    (*block_done)(-1);
 }
 
 template struct GptActivations<float>;
@@ -180,9 +184,10 @@ template double GptForward<double>(const GptConfig&, const GptParams<double>&,
                                    int);
 template void GptBackward<float>(const GptConfig&, const GptParams<float>&, const GptParams<float>&,
                                  GptActivations<float>&, const int32_t*, const int32_t*, int, int,
-                                 float);
+                                 float, const std::function<void(int)>*);
 template void GptBackward<double>(const GptConfig&, const GptParams<double>&,
                                   const GptParams<double>&, GptActivations<double>&, const int32_t*,
-                                  const int32_t*, int, int, double);
+                                  const int32_t*, int, int, double,
+                                  const std::function<void(int)>*);
 
 }  // namespace tessera::model::cpu

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "worker/model/gpt.h"
@@ -79,10 +80,11 @@ double GptForward(const GptConfig& config, const GptParams<F>& params, GptActiva
                   const int32_t* tokens, const int32_t* targets, int B, int T);
 
 // Backward of the last GptForward (with targets): adds d(loss_scale * mean loss)/d(params)
-// into grads.
+// into grads. `block_done`, when non-null, is called with l after block l's gradients (and,
+// before block L-1's, the final layer norm's) are complete, and with -1 after the embeddings'.
 template <typename F>
 void GptBackward(const GptConfig& config, const GptParams<F>& params, const GptParams<F>& grads,
                  GptActivations<F>& acts, const int32_t* tokens, const int32_t* targets, int B,
-                 int T, F loss_scale);
+                 int T, F loss_scale, const std::function<void(int)>* block_done = nullptr);
 
 }  // namespace tessera::model::cpu
