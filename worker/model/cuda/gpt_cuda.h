@@ -1,0 +1,122 @@
+// The GPT decoder of worker/model/gpt.h on one CUDA device: the same function and the same
+// flat parameter layout (GptParameterTensors), so checkpoints, buckets and shards are shared
+// with the CPU model. Activations and matrix products in bf16 (cuBLASLt, fp32 accumulation),
+// fp32 master weights, fp32 gradients and fp32 AdamW state, all resident on the device.
+// Work is enqueued on the model's stream; nothing inside a step waits for the device except
+// Loss() and GradNorm(), which read one number back. This header names no CUDA type: it is
+// included by code built without CUDA, where CreateGptCuda says so and returns null.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "worker/model/gpt.h"
+
+namespace tessera::model {
+
+struct GptCudaOptions {
+  int device = 0;  // CUDA device ordinal; the model makes it current in every call
+};
+
+// The optimizer's hyper-parameters, as worker/train/adamw.h, plus clipping by global norm.
+struct GpuAdamWOptions {
+  float lr = 3.0e-4f;
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1.0e-8f;
+  float weight_decay = 0.1f;  // applies to tensors with ParameterTensor::decays
+  float grad_clip = 1.0f;     // maximum global L2 norm of the gradient; 0 disables clipping
+};
+
+// Like GradientsReadyFn, for a device model: gradients at [first, end) are final once
+// `cuda_event` (a cudaEvent_t, recorded on the model's stream) has completed. Called from the
+// thread running Backward, as the work is enqueued, not when it is done: a caller reduces
+// a bucket on its own stream after cudaStreamWaitEvent(its_stream, event), with no host wait.
+// The event is owned by the model and recorded again by the next Backward.
+using GpuGradientsReadyFn = std::function<void(int64_t first, void* cuda_event)>;
+
+// Not thread-safe: one trainer thread owns a GptCuda.
+class GptCuda {
+ public:
+  ~GptCuda();
+  GptCuda(const GptCuda&) = delete;
+  GptCuda& operator=(const GptCuda&) = delete;
+
+  const GptConfig& config() const;
+  int64_t parameter_count() const;  // GptParameterCount(config())
+
+  // Fills the parameters exactly as Gpt::InitParameters(seed) (on the CPU), then copies them
+  // to the device; optimizer state is reset.
+  void InitParameters(uint64_t seed);
+
+  // Host copies of the flat buffers (parameter_count() floats each). Synchronous.
+  void SetParameters(std::span<const float> host);
+  void GetParameters(std::span<float> host) const;
+  void GetGradients(std::span<float> host) const;
+
+  // Forward pass over B sequences of T tokens (T <= seq_len; ids in [0, vocab), checked on the
+  // host). Enqueued: returns before the device has finished. `targets` may be empty: then only
+  // the logits are computed. Throws std::invalid_argument / std::out_of_range like Gpt::Forward.
+  void Forward(std::span<const int32_t> tokens, std::span<const int32_t> targets, int B, int T);
+
+  // Mean cross-entropy of the last Forward with targets; waits for that Forward to finish
+  // (the one host synchronisation of a step). NaN when the last Forward had no targets.
+  float Loss();
+
+  // Logits of the last Forward, (B, T, vocab) as floats (rounded from bf16). Synchronous; read
+  // them before Backward, which turns them into their gradient.
+  void GetLogits(std::span<float> host);
+
+  // Backward pass of the last Forward (which must have had targets); adds
+  // d(loss_scale * mean loss)/d(params) into the gradients. Enqueued. `on_ready`, when set, is
+  // called as suffixes of the gradient buffer are enqueued to become final (see
+  // GpuGradientsReadyFn), in the same order as Gpt::Backward's callback.
+  // Throws std::logic_error when there is no such Forward.
+  void Backward(float loss_scale = 1.0f, const GpuGradientsReadyFn& on_ready = {});
+
+  void ZeroGradients();  // enqueued
+
+  // One fused AdamW step on the device: global gradient norm, clipping, update of the fp32
+  // master weights and their bf16 copy. `lr` overrides options.lr (for a schedule). Enqueued;
+  // the gradients are not modified (clipping scales them inside the update).
+  void Step(const GpuAdamWOptions& options, float lr);
+  int64_t step_count() const;
+  // Global L2 norm of the gradients before clipping, from the last Step. Waits for it.
+  float GradNorm();
+
+  // Waits until everything enqueued so far has finished.
+  void Synchronize();
+
+  // Device pointers and the stream, for collectives and checkpoints (float* / cudaStream_t).
+  float* device_parameters();
+  float* device_gradients();
+  void* stream();
+
+  // Bytes of device memory held for the activations of the current (B, T).
+  int64_t activation_bytes() const;
+
+ private:
+  friend std::unique_ptr<GptCuda> CreateGptCuda(const GptConfig&, const GptCudaOptions&,
+                                                std::string*);
+  struct Impl;
+  explicit GptCuda(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Creates the device model: parameters allocated, zero, on options.device. Returns null and
+// sets *error to one line when it cannot: "built without CUDA" (a build with TESSERA_CUDA=OFF or
+// no toolkit), "no CUDA device" (none visible), an invalid configuration (ValidateGptConfig's
+// message) or the CUDA error of the allocation.
+std::unique_ptr<GptCuda> CreateGptCuda(const GptConfig& config, const GptCudaOptions& options,
+                                       std::string* error);
+
+// Whether this build has the CUDA model (false: CreateGptCuda always fails).
+bool GptCudaCompiled();
+
+// Number of visible CUDA devices (0 without CUDA, without a driver, or without a device).
+int CudaDeviceCount();
+
+}  // namespace tessera::model

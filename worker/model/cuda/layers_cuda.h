@@ -1,0 +1,167 @@
+// CUDA kernels of the GPT decoder: the same `x_forward` / `x_backward` pairs as
+// worker/model/cpu/layers.h, on device arrays, enqueued on a stream (no host
+// synchronisation). Activations are bf16; layer-norm statistics, losses, gradients of
+// parameters and optimizer state are fp32. Every function only enqueues work: errors of the
+// launch are reported by TESSERA_CUDA_CHECK on the launch, errors of the kernel by the next
+// synchronising call. Includable from host C++ (C++20) and CUDA (C++17) translation units.
+// Not thread-safe: a MatmulEngine belongs to one stream's owner.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <tuple>
+
+namespace tessera::model::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// Throw std::runtime_error("<what> failed at <file>:<line>: <reason>") unless status is success.
+void CheckCuda(cudaError_t status, const char* what, const char* file, int line);
+void CheckCublas(cublasStatus_t status, const char* what, const char* file, int line);
+#define TESSERA_CUDA_CHECK(call) \
+  ::tessera::model::cuda::CheckCuda((call), #call, __FILE__, __LINE__)
+#define TESSERA_CUBLAS_CHECK(call) \
+  ::tessera::model::cuda::CheckCublas((call), #call, __FILE__, __LINE__)
+
+// ---- matrix products through cuBLASLt ----
+// One column-major product (cuBLAS convention; see matmul_forward for the row-major view):
+//   D (m,n) = op(A) (m,k) @ op(B) (k,n) + beta * C + bias (m, broadcast over columns)
+// A and B are bf16, accumulation fp32, D (and C) bf16 or fp32. With batch > 1 the operands
+// are `batch` matrices `stride_*` elements apart.
+struct GemmArgs {
+  bool trans_a = false;
+  bool trans_b = false;
+  int m = 0, n = 0, k = 0;
+  const bf16* a = nullptr;
+  int lda = 0;
+  int64_t stride_a = 0;
+  const bf16* b = nullptr;
+  int ldb = 0;
+  int64_t stride_b = 0;
+  void* d = nullptr;  // bf16 or fp32 (d_fp32)
+  int ldd = 0;
+  int64_t stride_d = 0;
+  bool d_fp32 = false;
+  const void* c = nullptr;  // same type and layout as d; null: C is D itself (when beta != 0)
+  float beta = 0.0f;
+  const bf16* bias = nullptr;  // (m) bf16, D must be bf16; null: no bias epilogue
+  int batch = 1;
+};
+
+// A cuBLASLt handle, its workspace and the algorithm chosen for each shape (heuristics run once
+// per shape and alignment, then cached).
+class MatmulEngine {
+ public:
+  explicit MatmulEngine(size_t workspace_bytes = size_t{32} << 20);
+  ~MatmulEngine();
+  MatmulEngine(const MatmulEngine&) = delete;
+  MatmulEngine& operator=(const MatmulEngine&) = delete;
+
+  // Enqueues one product on `stream`. Throws std::runtime_error when cuBLASLt has no
+  // algorithm for it.
+  void Gemm(const GemmArgs& args, cudaStream_t stream);
+
+ private:
+  struct Plan;
+  using Key = std::tuple<int, int, int, int, int, int, int, int, int64_t, int64_t, int64_t, int,
+                         int, int, int, int>;
+  cublasLtHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+  std::map<Key, Plan*> plans_;
+};
+
+// ---- encoder: token + position embedding ----
+// out (B,T,C) = wte[tokens[b,t]] + wpe[t]; tokens (B,T) on the device, wte (V,C), wpe (maxT,C).
+void encoder_forward(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe, int B,
+                     int T, int C, cudaStream_t stream);
+// dwte (V,C) += scatter of dout by token (atomic adds); dwpe (maxT,C) += sum over b of dout.
+void encoder_backward(float* dwte, float* dwpe, const bf16* dout, const int32_t* tokens, int B,
+                      int T, int C, cudaStream_t stream);
+
+// ---- layer norm over the last dimension (eps 1e-5) ----
+// out (N,C) = (inp - mean) * rstd * weight + bias; mean (N), rstd (N) fp32, kept for backward.
+void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp, const bf16* weight,
+                       const bf16* bias, int N, int C, cudaStream_t stream);
+// dinp (N,C) += d/dinp (bf16); dweight (C), dbias (C) += their gradients (fp32).
+void layernorm_backward(bf16* dinp, float* dweight, float* dbias, const bf16* dout, const bf16* inp,
+                        const bf16* weight, const float* mean, const float* rstd, int N, int C,
+                        cudaStream_t stream);
+
+// ---- fully connected layer, weights stored (OC, C) like torch.nn.Linear ----
+// out (N,OC) = [residual (N,OC) +] inp (N,C) @ weight^T + bias (OC): one cuBLASLt call, the bias
+// and the residual in its epilogue. bias and residual may be null.
+void matmul_forward(MatmulEngine& mm, bf16* out, const bf16* inp, const bf16* weight,
+                    const bf16* bias, const bf16* residual, int N, int C, int OC,
+                    cudaStream_t stream);
+// dinp (N,C) = dout @ weight (overwritten; skipped when null); dweight (OC,C) += dout^T @ inp
+// (fp32, accumulated by cuBLASLt); dbias (OC) += column sums of dout (fp32; skipped when null).
+void matmul_backward(MatmulEngine& mm, bf16* dinp, float* dweight, float* dbias, const bf16* dout,
+                     const bf16* inp, const bf16* weight, int N, int C, int OC,
+                     cudaStream_t stream);
+// dbias (OC) += column sums of dout (N,OC).
+void bias_backward(float* dbias, const bf16* dout, int N, int OC, cudaStream_t stream);
+
+// ---- causal multi-head self-attention, NH heads of size hs = C / NH ----
+// inp (B,T,3C) holds q | k | v per position (head h at columns [h*hs, (h+1)*hs) of each).
+// out (B,T,C); att (B,NH,T,T) keeps the probabilities (zero above the diagonal); qkvr is
+// scratch of 3*B*T*C. Products by batched cuBLASLt, the scaled causal softmax fused.
+void attention_forward(MatmulEngine& mm, bf16* out, bf16* qkvr, bf16* att, const bf16* inp, int B,
+                       int T, int C, int NH, cudaStream_t stream);
+// dinp (B,T,3C) = gradient of inp (overwritten) from dout (B,T,C). Scratch: qkvr and dqkvr of
+// 3*B*T*C each, datt of B*NH*T*T.
+void attention_backward(MatmulEngine& mm, bf16* dinp, bf16* qkvr, bf16* dqkvr, bf16* datt,
+                        const bf16* dout, const bf16* inp, const bf16* att, int B, int T, int C,
+                        int NH, cudaStream_t stream);
+// The fused softmax alone, for tests: att (rows of T, BH*T rows, row t of each T×T block masked
+// to 0..t) = softmax(scale * preatt), in place.
+void attention_softmax_forward(bf16* att, int BH, int T, float scale, cudaStream_t stream);
+// In place: datt becomes scale * att * (datt - sum(att * datt)) on 0..t, 0 above.
+void attention_softmax_backward(bf16* datt, const bf16* att, int BH, int T, float scale,
+                                cudaStream_t stream);
+
+// ---- GELU, tanh approximation ----
+void gelu_forward(bf16* out, const bf16* inp, int64_t N, cudaStream_t stream);
+// dinp = gelu'(inp) * dout (dinp may alias dout).
+void gelu_backward(bf16* dinp, const bf16* inp, const bf16* dout, int64_t N, cudaStream_t stream);
+
+// ---- softmax + cross-entropy, fused ----
+// logits (N, ld) bf16, V valid columns per row; targets (N). losses (N) = logsumexp - target's
+// logit, lse (N) kept for backward, both fp32.
+void crossentropy_forward(float* losses, float* lse, const bf16* logits, int ld,
+                          const int32_t* targets, int N, int V, cudaStream_t stream);
+// In place: logits become (softmax - onehot(target)) * dloss.
+void crossentropy_softmax_backward(bf16* logits, int ld, const float* lse, const int32_t* targets,
+                                   float dloss, int N, int V, cudaStream_t stream);
+// out[0] = mean of values (N), one block, fixed order (deterministic).
+void mean_reduce(float* out, const float* values, int N, cudaStream_t stream);
+
+// ---- parameters and optimizer over the flat fp32 buffer ----
+// The optimizer works on chunks of the flat buffer: each chunk lies in one tensor and carries
+// that tensor's weight-decay flag.
+struct ParamChunk {
+  int64_t offset;
+  int32_t count;
+  int32_t decays;
+};
+// bf16 copy of fp32 values.
+void convert_to_bf16(bf16* out, const float* inp, int64_t N, cudaStream_t stream);
+// norm[0] = L2 norm of values over the chunks; partials holds one float per chunk (scratch).
+void global_norm(float* norm, float* partials, const float* values, const ParamChunk* chunks,
+                 int num_chunks, cudaStream_t stream);
+// One AdamW step, as worker/train/adamw.h (m, v fp32), on gradients first scaled by
+// max_norm / (norm + 1e-6) when max_norm > 0 and *norm (device) > max_norm (the gradients are
+// not modified). Writes params (fp32 master) and params_bf16. correction1/2 are 1 - beta^t.
+struct AdamWArgs {
+  float lr, beta1, beta2, eps, weight_decay, max_norm, correction1, correction2;
+};
+void adamw_update(float* params, bf16* params_bf16, float* m, float* v, const float* grads,
+                  const float* norm, const ParamChunk* chunks, int num_chunks,
+                  const AdamWArgs& args, cudaStream_t stream);
+
+}  // namespace tessera::model::cuda
