@@ -1,0 +1,70 @@
+// Data-parallel gradient reduction (DESIGN.md §6): the flat gradient buffer is cut into
+// buckets from its end toward its start (the order backward completes them), and each bucket's
+// all-reduce (average over the data-parallel group) starts as soon as backward reports its
+// gradients final, so the reduction of late layers overlaps the backward of early ones.
+// A bucket is a contiguous range of the buffer and is reduced in place: no copies.
+// It knows nothing of the model beyond "gradients from offset X on are final".
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "worker/comm/process_group.h"
+
+namespace tessera::parallel {
+
+// A half-open range [begin, end) of a flat buffer, in elements.
+struct BufferRange {
+  int64_t begin = 0;
+  int64_t end = 0;
+  int64_t size() const { return end - begin; }
+  bool operator==(const BufferRange&) const = default;
+};
+
+// Buckets of at most `bucket_elements` (>= 1) covering [0, count), listed from the end of the
+// buffer to its start: bucket 0 ends at `count`. Pure.
+std::vector<BufferRange> PlanBuckets(int64_t count, int64_t bucket_elements);
+
+// What the reductions of one step cost this rank.
+struct ReductionStats {
+  int buckets = 0;
+  int64_t bytes = 0;           // bytes all-reduced (each rank's contribution)
+  double exposed_seconds = 0;  // time Finish() blocked: communication not hidden by backward
+};
+
+// Not thread-safe: the thread running backward owns it. One step at a time:
+// GradientsReady() any number of times (decreasing offsets), then Finish().
+class BucketReducer {
+ public:
+  // `grads` must stay alive and at the same address while the reducer is used.
+  // `bucket_bytes` defaults to 25 MiB, as PyTorch DDP's.
+  BucketReducer(std::shared_ptr<comm::ProcessGroup> group, std::span<float> grads,
+                size_t bucket_bytes = size_t{25} << 20);
+
+  // Backward's report: every gradient from element `first` to the end is final for this step.
+  // Starts the all-reduce of each bucket lying entirely in [first, end) not started yet.
+  // Matches model::GradientsReadyFn.
+  void GradientsReady(int64_t first);
+
+  // Starts what is left, waits for every bucket and returns the step's figures; afterwards
+  // the buffer holds the average over the group. Throws comm::CommError when a peer is lost
+  // or the timeout passes (the group is broken then).
+  ReductionStats Finish();
+
+  const std::vector<BufferRange>& buckets() const { return buckets_; }
+
+ private:
+  void Launch(size_t bucket);
+
+  std::shared_ptr<comm::ProcessGroup> group_;
+  std::span<float> grads_;
+  std::vector<BufferRange> buckets_;
+  std::vector<std::shared_ptr<comm::Work>> in_flight_;
+  size_t next_ = 0;  // the next bucket to start
+};
+
+}  // namespace tessera::parallel
