@@ -136,6 +136,7 @@ TrainingJob FromJson(const json& j) {
   Read(p, "tensor", spec.parallelism.tensor);
   Read(p, "zeroStage", spec.parallelism.zero_stage);
   Read(p, "microBatches", spec.parallelism.micro_batches);
+  Read(p, "bucketMiB", spec.parallelism.bucket_mib);
   Read(p, "schedule", spec.parallelism.schedule);
   if (s.contains("trainer") && s["trainer"].is_object()) {
     const json& t = s["trainer"];
@@ -350,6 +351,7 @@ nlohmann::json EncodeJson(const TrainingJob& job) {
   p["tensor"] = spec.parallelism.tensor;
   p["zeroStage"] = spec.parallelism.zero_stage;
   p["microBatches"] = spec.parallelism.micro_batches;
+  p["bucketMiB"] = spec.parallelism.bucket_mib;
   p["schedule"] = spec.parallelism.schedule;
   s["parallelism"] = p;
   if (spec.trainer) {

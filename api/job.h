@@ -44,6 +44,7 @@ struct Parallelism {
   int64_t tensor = 1;
   int64_t zero_stage = 0;  // 0 = replicated optimizer state, 1 = sharded (ZeRO-1)
   int64_t micro_batches = 1;
+  double bucket_mib = 25;         // gradient all-reduce bucket size
   std::string schedule = "1F1B";  // GPipe | 1F1B
 };
 

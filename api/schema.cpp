@@ -382,6 +382,12 @@ FieldSchema SpecDef() {
                       .Default(1)
                       .Min(1)
                       .Max(65536),
+                  Def("bucketMiB", T::kNumber,
+                      "Gradient all-reduce bucket size in MiB: each bucket's reduction starts "
+                      "as soon as backward has finished its gradients.")
+                      .Default(25)
+                      .Min(0.001)
+                      .Max(4096),
                   Def("schedule", T::kString, "Pipeline schedule: GPipe or 1F1B.")
                       .Default("1F1B")
                       .Enum({"GPipe", "1F1B"}),

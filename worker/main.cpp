@@ -1,10 +1,13 @@
 // `tessera-worker`: the per-pod process. `tessera-worker rank --config FILE` runs one
-// training rank of the built-in GPT trainer from the environment of DESIGN.md §3. Starting and
-// supervising several rank processes per pod is not built yet.
+// training rank of the built-in GPT trainer from the environment of DESIGN.md §3; with
+// WORLD_SIZE > 1 rank 0 serves the rendezvous store at TESSERA_RDZV_ENDPOINT's port and every
+// rank joins the data-parallel process group through it. Starting and supervising several
+// rank processes per pod is not built yet.
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
+#include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <fstream>
@@ -16,6 +19,10 @@
 #include "api/codec.h"
 #include "api/validate.h"
 #include "api/version.h"
+#include "worker/comm/gloo_process_group.h"
+#include "worker/rendezvous/store_client.h"
+#include "worker/rendezvous/store_error.h"
+#include "worker/rendezvous/store_server.h"
 #include "worker/train/config.h"
 #include "worker/train/trainer.h"
 
@@ -92,6 +99,56 @@ int Fail(const Status& st) {
   return st.exit_code();
 }
 
+// The data-parallel world of a multi-rank job: rank 0's store server (kept until every other
+// rank has left, so late readers still find failure reports) and this rank's group.
+struct World {
+  std::unique_ptr<tessera::rendezvous::StoreServer> server;
+  std::shared_ptr<tessera::comm::ProcessGroup> group;
+  std::chrono::milliseconds timeout{0};
+
+  ~World() {
+    group.reset();
+    if (server && !server->WaitForClientsToLeave(timeout)) {
+      spdlog::warn("rendezvous store: {} ranks still connected after {} s; stopping anyway",
+                   server->connected_clients(), timeout.count() / 1000);
+    }
+  }
+};
+
+Status JoinWorld(const tessera::train::RankContext& rank, World* world) {
+  namespace rdzv = tessera::rendezvous;
+  namespace comm = tessera::comm;
+  if (rank.mesh.find("pipeline=1") == std::string::npos ||
+      rank.mesh.find("tensor=1") == std::string::npos) {
+    return BadConfig("TESSERA_MESH=" + rank.mesh +
+                     ": the built-in trainer runs data parallelism only in this build; use "
+                     "spec.parallelism.pipeline=1 and tensor=1");
+  }
+  try {
+    const comm::GlooOptions gloo = comm::GlooOptions::FromEnv();
+    const rdzv::StoreClientOptions client = rdzv::StoreClientOptions::FromEnv();
+    world->timeout = gloo.comm.timeout;
+    if (rank.rank == 0) {
+      rdzv::StoreServerOptions options;
+      options.port = client.port;
+      options.token = client.token;
+      world->server = rdzv::StoreServer::Start(options);
+      spdlog::info("rendezvous store listening on port {}", world->server->port());
+    }
+    const rdzv::StoreClient store(client);
+    world->group = comm::CreateGlooProcessGroup(store, rank.rank, rank.world_size, gloo);
+    spdlog::info("joined the data-parallel group: rank {} of {} ({})", rank.rank, rank.world_size,
+                 world->group->backend());
+  } catch (const comm::CommConfigError& e) {
+    return BadConfig(e.what());
+  } catch (const rdzv::StoreError& e) {
+    return tessera::train::CommFailed(std::string("rendezvous: ") + e.what());
+  } catch (const comm::CommError& e) {
+    return tessera::train::CommFailed(e.what());
+  }
+  return Status::Ok();
+}
+
 int RunRank(const std::string& config_path, const std::vector<std::string>& overrides,
             int threads) {
   tessera::train::TrainerConfig config;
@@ -109,7 +166,17 @@ int RunRank(const std::string& config_path, const std::vector<std::string>& over
   if (Status st = ApplyEnvironment(&config, &rank); !st.ok())
     return Fail(st);
   rank.kernel_threads = threads;
+  // Checked before joining, so a bad file fails at once on every rank instead of as a lost
+  // peer on the others.
+  if (Status st = tessera::train::ValidateTrainerConfig(config, rank.world_size); !st.ok())
+    return Fail(st);
 
+  World world;
+  if (rank.world_size > 1) {
+    if (Status st = JoinWorld(rank, &world); !st.ok())
+      return Fail(st);
+    rank.data_group = world.group;
+  }
   std::unique_ptr<tessera::train::Trainer> trainer;
   if (Status st = tessera::train::Trainer::Create(config, rank, &trainer); !st.ok()) {
     return Fail(st);

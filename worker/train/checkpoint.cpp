@@ -163,7 +163,7 @@ nlohmann::json MetaToJson(const CheckpointMeta& m) {
         {"trainTokens", m.data_cursor.train_tokens}}},
       {"rng",
        {{"algorithm", "splitmix64-feistel"}, {"seed", m.rng_seed}, {"counter", m.rng_counter}}},
-      {"optimizer", {{"steps", m.optimizer_steps}}},
+      {"optimizer", {{"steps", m.optimizer_steps}, {"zeroStage", m.zero_stage}}},
       {"loss", m.loss},
       {"valLoss", m.val_loss ? nlohmann::json(*m.val_loss) : nlohmann::json(nullptr)},
       {"createdAt", m.created_at},
@@ -186,6 +186,7 @@ void MetaFromJson(const nlohmann::json& j, CheckpointMeta* m) {
   m->rng_seed = j.at("rng").at("seed").get<uint64_t>();
   m->rng_counter = j.at("rng").at("counter").get<int64_t>();
   m->optimizer_steps = j.at("optimizer").at("steps").get<int64_t>();
+  m->zero_stage = j.at("optimizer").value("zeroStage", 0);
   m->loss = j.at("loss").get<double>();
   m->val_loss.reset();
   if (j.contains("valLoss") && j.at("valLoss").is_number()) {
@@ -241,10 +242,8 @@ std::string CheckpointStore::StepDir(int64_t step) const {
   return (fs::path(root_) / fmt::format("{}{}", kStepPrefix, step)).string();
 }
 
-Status CheckpointStore::Save(
-    CheckpointMeta meta,
-    const std::vector<std::pair<std::string, std::vector<ShardTensor>>>& shards) {
-  const fs::path final_dir = StepDir(meta.step);
+Status CheckpointStore::Begin(int64_t step) {
+  const fs::path final_dir = StepDir(step);
   const fs::path tmp_dir = final_dir.string() + kTmpSuffix;
   std::error_code ec;
   if (fs::exists(final_dir, ec)) {
@@ -258,17 +257,23 @@ Status CheckpointStore::Save(
   fs::create_directory(tmp_dir, ec);
   if (ec)
     return IoError(fmt::format("{}: cannot create: {}", tmp_dir.string(), ec.message()));
+  return Status::Ok();
+}
 
-  meta.files.clear();
-  int rank = 0;
-  for (const auto& [name, tensors] : shards) {
-    const std::vector<std::byte> bytes = EncodeShard(tensors);
-    const fs::path path = tmp_dir / name;
-    if (std::string err = WriteFileSynced(path, bytes); !err.empty()) {
-      return IoError(fmt::format("{}: cannot write: {}", path.string(), err));
-    }
-    meta.files.push_back({name, rank++, static_cast<int64_t>(bytes.size()), Sha256Hex(bytes)});
+Status CheckpointStore::WriteShard(int64_t step, int rank, const std::string& name,
+                                   const std::vector<ShardTensor>& tensors, CheckpointFile* out) {
+  const std::vector<std::byte> bytes = EncodeShard(tensors);
+  const fs::path path = fs::path(StepDir(step) + kTmpSuffix) / name;
+  if (std::string err = WriteFileSynced(path, bytes); !err.empty()) {
+    return IoError(fmt::format("{}: cannot write: {}", path.string(), err));
   }
+  *out = {name, rank, static_cast<int64_t>(bytes.size()), Sha256Hex(bytes)};
+  return Status::Ok();
+}
+
+Status CheckpointStore::Commit(const CheckpointMeta& meta) {
+  const fs::path final_dir = StepDir(meta.step);
+  const fs::path tmp_dir = final_dir.string() + kTmpSuffix;
   const std::string meta_text = MetaToJson(meta).dump(2) + "\n";
   const fs::path meta_path = tmp_dir / kMetaFile;
   if (std::string err = WriteFileSynced(meta_path, std::as_bytes(std::span(meta_text)));
@@ -276,6 +281,7 @@ Status CheckpointStore::Save(
     return IoError(fmt::format("{}: cannot write: {}", meta_path.string(), err));
   }
   SyncDirectory(tmp_dir);
+  std::error_code ec;
   fs::rename(tmp_dir, final_dir, ec);
   if (ec) {
     return IoError(fmt::format("{}: cannot rename to {}: {}", tmp_dir.string(), final_dir.string(),
@@ -283,6 +289,22 @@ Status CheckpointStore::Save(
   }
   SyncDirectory(root_);
   return Status::Ok();
+}
+
+Status CheckpointStore::Save(
+    CheckpointMeta meta,
+    const std::vector<std::pair<std::string, std::vector<ShardTensor>>>& shards) {
+  if (Status st = Begin(meta.step); !st.ok())
+    return st;
+  meta.files.clear();
+  int rank = 0;
+  for (const auto& [name, tensors] : shards) {
+    CheckpointFile file;
+    if (Status st = WriteShard(meta.step, rank++, name, tensors, &file); !st.ok())
+      return st;
+    meta.files.push_back(std::move(file));
+  }
+  return Commit(meta);
 }
 
 std::vector<int64_t> CheckpointStore::CompleteSteps() const {

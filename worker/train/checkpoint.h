@@ -36,6 +36,7 @@ struct CheckpointMeta {
   uint64_t rng_seed = 0;           // every random choice is a counter-based function of
   int64_t rng_counter = 0;         // (seed, counter); the counter is the samples drawn
   int64_t optimizer_steps = 0;     // AdamW step count (bias correction)
+  int zero_stage = 0;              // 1: each rank's file holds its shard of the AdamW state
   double loss = 0;                 // training loss of the last step
   std::optional<double> val_loss;  // validation loss at this step, when one was computed
   std::string created_at;          // RFC 3339, informational
@@ -56,7 +57,9 @@ struct ShardContents {
   const std::vector<float>* Find(const std::string& name) const;
 };
 
-// Not thread-safe; one writer per directory (rank 0 in a one-rank job).
+// Not thread-safe. One process (rank 0) creates and commits a checkpoint; with several ranks
+// each writes its own shard file between the two (the directory is shared):
+//   rank 0: Begin(step)  --barrier--  every rank: WriteShard  --gather files--  rank 0: Commit
 class CheckpointStore {
  public:
   explicit CheckpointStore(std::string root) : root_(std::move(root)) {}
@@ -71,6 +74,15 @@ class CheckpointStore {
   // the path.
   Status Save(CheckpointMeta meta,
               const std::vector<std::pair<std::string, std::vector<ShardTensor>>>& shards);
+
+  // The three phases of Save, for several writers. Begin creates step-<step>.tmp/ (refusing an
+  // existing step-<step>/, replacing a stale .tmp); WriteShard writes and syncs one shard file
+  // into it and describes it in *out; Commit writes meta.json (with meta.files as given) and
+  // renames the directory into place.
+  Status Begin(int64_t step);
+  Status WriteShard(int64_t step, int rank, const std::string& name,
+                    const std::vector<ShardTensor>& tensors, CheckpointFile* out);
+  Status Commit(const CheckpointMeta& meta);
 
   // Deletes all but the newest `keep` step directories, and any .tmp directory older than the
   // newest complete checkpoint.

@@ -160,6 +160,8 @@ std::map<std::string, FieldReader> TrainerFields(TrainerConfig* c) {
                               {"keep", Int(&c->checkpoint.keep)}})},
       {"metrics", Section({{"port", Int(&c->metrics.port)},
                            {"peakFlopsPerSecond", Double(&c->metrics.peak_flops_per_second)}})},
+      {"parallelism", Section({{"zeroStage", Int(&c->parallel.zero_stage)},
+                               {"bucketMiB", Double(&c->parallel.bucket_mib)}})},
       {"logEvery", Int(&c->log_every)},
   };
 }
@@ -185,6 +187,20 @@ Status ReadTrainingJob(const YAML::Node& root, TrainerConfig* c) {
   if (const YAML::Node mb = spec["parallelism"]["microBatches"]; mb) {
     if (Status st =
             ReadScalar(mb, "spec.parallelism.microBatches", "an integer", &c->batch.micro_batches);
+        !st.ok()) {
+      return st;
+    }
+  }
+  if (const YAML::Node zero = spec["parallelism"]["zeroStage"]; zero) {
+    if (Status st =
+            ReadScalar(zero, "spec.parallelism.zeroStage", "an integer", &c->parallel.zero_stage);
+        !st.ok()) {
+      return st;
+    }
+  }
+  if (const YAML::Node bucket = spec["parallelism"]["bucketMiB"]; bucket) {
+    if (Status st =
+            ReadScalar(bucket, "spec.parallelism.bucketMiB", "a number", &c->parallel.bucket_mib);
         !st.ok()) {
       return st;
     }
@@ -351,6 +367,13 @@ Status ValidateTrainerConfig(const TrainerConfig& c, int world_size) {
   }
   if (c.metrics.peak_flops_per_second < 0.0) {
     return BadConfig("metrics.peakFlopsPerSecond: must be >= 0");
+  }
+  if (c.parallel.zero_stage != 0 && c.parallel.zero_stage != 1) {
+    return BadConfig(fmt::format("parallelism.zeroStage: {} is not 0 or 1", c.parallel.zero_stage));
+  }
+  if (!(c.parallel.bucket_mib > 0.0) || !std::isfinite(c.parallel.bucket_mib)) {
+    return BadConfig(fmt::format("parallelism.bucketMiB: must be a positive number, got {}",
+                                 c.parallel.bucket_mib));
   }
   return Status::Ok();
 }

@@ -52,6 +52,12 @@ struct MetricsConfig {
   double peak_flops_per_second = 0;  // for tessera_train_mfu_ratio; 0 = not reported
 };
 
+// How data-parallel ranks share the work (DESIGN.md §6). One-rank jobs ignore it.
+struct ParallelConfig {
+  int zero_stage = 0;      // 0: every rank keeps the whole AdamW state; 1: sharded (ZeRO-1)
+  double bucket_mib = 25;  // gradient all-reduce bucket size in MiB (as PyTorch DDP's default)
+};
+
 struct TrainerConfig {
   model::GptConfig model;
   std::string model_preset;  // informational: the preset the model came from, if any
@@ -62,15 +68,17 @@ struct TrainerConfig {
   uint64_t seed = 1337;  // parameters and data order
   CheckpointConfig checkpoint;
   MetricsConfig metrics;
+  ParallelConfig parallel;
   int log_every = 10;  // a log line every this many steps (and the first and last)
 };
 
 // Parses YAML text into *out (starting from the defaults above). Accepts either the trainer
 // fields at the top level or the trainer of a TrainingJob (`kind: TrainingJob`: spec.trainer,
-// spec.metrics.port and spec.parallelism.microBatches are read; the rest of the job is the
-// controller's and is not checked here — `tessera validate` checks it). Field names are camelCase
-// as in DESIGN.md §2. Unknown fields and wrong types are refused, naming the field path. `source`
-// names the text in messages (a file name). Does not check value ranges: see ValidateTrainerConfig.
+// spec.metrics.port and spec.parallelism.{microBatches, zeroStage, bucketMiB} are read; the rest of
+// the job is the controller's and is not checked here — `tessera validate` checks it). Field names
+// are camelCase as in DESIGN.md §2. Unknown fields and wrong types are refused, naming the field
+// path. `source` names the text in messages (a file name). Does not check value ranges: see
+// ValidateTrainerConfig.
 Status ParseTrainerConfigYaml(const std::string& yaml_text, const std::string& source,
                               TrainerConfig* out);
 

@@ -64,6 +64,13 @@ Status TrainerConfigFromJob(const api::TrainingJob& job, TrainerConfig* out) {
     return st;
   }
 
+  if (Status st = ToInt(job.spec.parallelism.zero_stage, "spec.parallelism.zeroStage",
+                        &c.parallel.zero_stage);
+      !st.ok()) {
+    return st;
+  }
+  c.parallel.bucket_mib = job.spec.parallelism.bucket_mib;
+
   c.optimizer.lr = t.optimizer.lr;
   c.optimizer.weight_decay = t.optimizer.weight_decay;
   c.optimizer.beta1 = t.optimizer.beta1;
@@ -149,6 +156,7 @@ std::string TrainerConfigYaml(const TrainerConfig& c) {
         {"keep", c.checkpoint.keep}}},
       {"metrics",
        {{"port", c.metrics.port}, {"peakFlopsPerSecond", c.metrics.peak_flops_per_second}}},
+      {"parallelism", {{"zeroStage", c.parallel.zero_stage}, {"bucketMiB", c.parallel.bucket_mib}}},
       {"logEvery", c.log_every},
   };
   return j.dump(2) + "\n";

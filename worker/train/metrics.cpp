@@ -1,6 +1,7 @@
 #include "worker/train/metrics.h"
 
 #include <CivetServer.h>
+#include <prometheus/counter.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
@@ -66,6 +67,21 @@ TrainMetrics::TrainMetrics(int64_t total_steps)
                  .Name("tessera_memory_bytes")
                  .Help("Memory of this rank by kind: parameters, gradients, optimizer, resident.")
                  .Register(r);
+  comm_seconds_ = &prometheus::BuildCounter()
+                       .Name("tessera_comm_seconds_total")
+                       .Help(
+                           "Seconds the training loop waited for collectives, by operation and "
+                           "parallel dimension (communication not hidden behind compute).")
+                       .Register(r);
+  comm_bytes_ = &prometheus::BuildCounter()
+                     .Name("tessera_comm_bytes_total")
+                     .Help(
+                         "Bytes this rank contributed to collectives, by operation and "
+                         "parallel dimension.")
+                     .Register(r);
+  // Every job reduces something over the data dimension (a one-rank job, nothing): the series
+  // exist from the start so dashboards and rate() see a zero instead of no data.
+  RecordComm("all_reduce", "data", 0, 0);
   updated_at_ = NowRfc3339();
 }
 
@@ -111,6 +127,12 @@ void TrainMetrics::RecordCheckpoint(double seconds) {
 
 void TrainMetrics::SetMemoryBytes(const std::string& kind, double bytes) {
   memory_->Add({{"kind", kind}}).Set(bytes);
+}
+
+void TrainMetrics::RecordComm(const std::string& op, const std::string& dim, double seconds,
+                              double bytes) {
+  comm_seconds_->Add({{"op", op}, {"dim", dim}}).Increment(seconds);
+  comm_bytes_->Add({{"op", op}, {"dim", dim}}).Increment(bytes);
 }
 
 std::string TrainMetrics::MetricsText() const {

@@ -13,6 +13,7 @@
 
 namespace prometheus {
 class Registry;
+class Counter;
 class Gauge;
 class Histogram;
 template <typename T>
@@ -47,6 +48,10 @@ class TrainMetrics {
   void RecordCheckpoint(double seconds);
   // tessera_memory_bytes{kind}: kind is parameters, gradients, optimizer or resident.
   void SetMemoryBytes(const std::string& kind, double bytes);
+  // tessera_comm_seconds_total{op,dim} and tessera_comm_bytes_total{op,dim}: `seconds` is the
+  // time the step waited for the operation (what overlap did not hide), `bytes` what this
+  // rank contributed. op: all_reduce, reduce_scatter, all_gather; dim: data, pipeline, tensor.
+  void RecordComm(const std::string& op, const std::string& dim, double seconds, double bytes);
 
   // Prometheus text exposition format (version 0.0.4) of every metric.
   std::string MetricsText() const;
@@ -66,6 +71,8 @@ class TrainMetrics {
   prometheus::Gauge* grad_norm_;
   prometheus::Histogram* checkpoint_seconds_;
   prometheus::Family<prometheus::Gauge>* memory_;
+  prometheus::Family<prometheus::Counter>* comm_seconds_;
+  prometheus::Family<prometheus::Counter>* comm_bytes_;
 
   mutable std::mutex mu_;  // guards the progress fields below
   int64_t total_steps_;

@@ -16,6 +16,7 @@ enum class ExitCode : int {
   kCheckpointRefused = 3,  // a checkpoint is corrupt or does not match this job
   kIoError = 4,            // the machine failed us: disk full, port taken, unwritable dir
   kDiverged = 5,           // the loss or the gradient became NaN or infinite
+  kCommFailed = 6,         // a peer rank was lost, a collective timed out, or rendezvous failed
 };
 
 // The outcome of an operation a user can make fail. Cheap to copy.
@@ -42,6 +43,9 @@ inline Status BadConfig(std::string message) {
 }
 inline Status CheckpointRefused(std::string message) {
   return Status(ExitCode::kCheckpointRefused, std::move(message));
+}
+inline Status CommFailed(std::string message) {
+  return Status(ExitCode::kCommFailed, std::move(message));
 }
 inline Status IoError(std::string message) {
   return Status(ExitCode::kIoError, std::move(message));

@@ -10,6 +10,8 @@
 #include <fstream>
 
 #include "worker/model/gpt.h"
+#include "worker/parallel/data/bucket_reducer.h"
+#include "worker/parallel/data/zero.h"
 #include "worker/train/adamw.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/data_loader.h"
@@ -37,6 +39,15 @@ std::string ShardName(int rank) {
   return fmt::format("rank-{:05d}.bin", rank);
 }
 
+// What each rank tells the others about the shard file it wrote (all-gathered as bytes).
+struct ShardRecord {
+  int64_t bytes = 0;  // 0: this rank wrote no file
+  char sha256[64] = {};
+  uint8_t ok = 1;
+  uint8_t pad[7] = {};
+};
+static_assert(sizeof(ShardRecord) == 80);
+
 }  // namespace
 
 struct Trainer::Impl {
@@ -51,15 +62,30 @@ struct Trainer::Impl {
   std::unique_ptr<TrainMetrics> metrics;
   std::unique_ptr<MetricsServer> server;
   std::unique_ptr<CheckpointStore> store;
-  int64_t step = 0;     // optimizer steps completed
-  int micro_batch = 0;  // sequences per micro-batch on this rank
+  // Data parallelism; `group` is null in a one-rank job.
+  std::shared_ptr<comm::ProcessGroup> group;
+  std::unique_ptr<parallel::BucketReducer> reducer;  // zeroStage 0
+  std::unique_ptr<parallel::ZeroShards> zero;        // zeroStage 1
+  parallel::BufferRange owned;  // the part of the parameters this rank's optimizer updates
+  int64_t step = 0;             // optimizer steps completed
+  int micro_batch = 0;          // sequences per micro-batch on this rank
   double flops_per_token = 0;
   double last_loss = 0;
   std::optional<double> last_val_loss;
 
   Status Resume(int64_t checkpoint_step);
   Status SaveCheckpoint();
+  Status SaveShardedCheckpoint(const CheckpointMeta& meta);
   double ValidationLoss();
+  // `stop_here` is this rank's wish to stop after the step; *stop_any says whether any rank
+  // wished so (ranks must stop at the same step, or the others would wait in a collective).
+  double TrainStep(double lr, bool stop_here, double* grad_norm, bool* stop_any);
+  // Every rank's worst outcome (exit codes are ordered by nothing but 0 = fine): a rank that
+  // failed keeps its own message, the others learn which code a peer failed with.
+  Status Agree(const Status& mine, const std::string& what);
+  int world() const { return group ? group->size() : 1; }
+  // Collective helpers; no-ops in one-rank jobs.
+  void SumOverRanks(std::span<double> values);
 };
 
 Trainer::Trainer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -69,14 +95,21 @@ Status Trainer::Create(const TrainerConfig& config, const RankContext& rank,
                        std::unique_ptr<Trainer>* out) {
   if (Status st = ValidateTrainerConfig(config, rank.world_size); !st.ok())
     return st;
-  if (rank.world_size != 1 || rank.rank != 0) {
-    return BadConfig(
-        fmt::format("WORLD_SIZE={} RANK={}: this trainer runs a single rank; use WORLD_SIZE=1",
-                    rank.world_size, rank.rank));
+  if (rank.rank < 0 || rank.rank >= rank.world_size) {
+    return BadConfig(fmt::format("RANK={}: not in [0, WORLD_SIZE={})", rank.rank, rank.world_size));
+  }
+  if (rank.world_size > 1 && (!rank.data_group || rank.data_group->size() != rank.world_size ||
+                              rank.data_group->rank() != rank.rank)) {
+    return Status(ExitCode::kInternal,
+                  fmt::format("WORLD_SIZE={} RANK={}: no data-parallel group of that shape was "
+                              "formed",
+                              rank.world_size, rank.rank));
   }
   auto impl = std::make_unique<Impl>();
   impl->config = config;
   impl->rank = rank;
+  if (rank.world_size > 1)
+    impl->group = rank.data_group;
   if (rank.kernel_threads > 0)
     model::SetKernelThreads(rank.kernel_threads);
   const int T = config.model.seq_len;
@@ -88,11 +121,21 @@ Status Trainer::Create(const TrainerConfig& config, const RankContext& rank,
   impl->loader = std::make_unique<DataLoader>(&impl->dataset, T, config.batch.global, config.seed);
   impl->model = std::make_unique<model::Gpt>(config.model);
   const size_t n = impl->model->parameters().size();
+  impl->owned = {0, static_cast<int64_t>(n)};
+  if (impl->group && config.parallel.zero_stage == 1) {
+    impl->zero = std::make_unique<parallel::ZeroShards>(impl->group, static_cast<int64_t>(n));
+    impl->owned = impl->zero->own();
+  } else if (impl->group) {
+    impl->reducer = std::make_unique<parallel::BucketReducer>(
+        impl->group, impl->model->gradients(),
+        static_cast<size_t>(config.parallel.bucket_mib * 1024 * 1024));
+  }
   impl->optimizer = std::make_unique<AdamW>(
-      n, AdamWOptions{.beta1 = static_cast<float>(config.optimizer.beta1),
-                      .beta2 = static_cast<float>(config.optimizer.beta2),
-                      .eps = static_cast<float>(config.optimizer.eps),
-                      .weight_decay = static_cast<float>(config.optimizer.weight_decay)});
+      static_cast<size_t>(impl->owned.size()),
+      AdamWOptions{.beta1 = static_cast<float>(config.optimizer.beta1),
+                   .beta2 = static_cast<float>(config.optimizer.beta2),
+                   .eps = static_cast<float>(config.optimizer.eps),
+                   .weight_decay = static_cast<float>(config.optimizer.weight_decay)});
   impl->decay_mask.assign(n, 0);
   int64_t wpe_size = 0;
   for (const model::ParameterTensor& t : model::GptParameterTensors(config.model)) {
@@ -115,7 +158,7 @@ Status Trainer::Create(const TrainerConfig& config, const RankContext& rank,
   impl->metrics = std::make_unique<TrainMetrics>(config.schedule.steps);
   impl->metrics->SetMemoryBytes("parameters", 4.0 * static_cast<double>(n));
   impl->metrics->SetMemoryBytes("gradients", 4.0 * static_cast<double>(n));
-  impl->metrics->SetMemoryBytes("optimizer", 8.0 * static_cast<double>(n));
+  impl->metrics->SetMemoryBytes("optimizer", 8.0 * static_cast<double>(impl->owned.size()));
   impl->metrics->SetMemoryBytes("resident", ResidentBytes());
   if (config.metrics.port >= 0) {
     if (Status st = MetricsServer::Start(config.metrics.port, impl->metrics.get(), &impl->server);
@@ -132,6 +175,16 @@ Status Trainer::Create(const TrainerConfig& config, const RankContext& rank,
       "({} train / {} validation tokens)",
       config.model.layers, config.model.d_model, config.model.heads, T, config.model.vocab, n,
       config.data.path, impl->dataset.train().size(), impl->dataset.validation().size());
+  if (impl->reducer) {
+    spdlog::info("data parallel: rank {} of {}, gradients all-reduced in {} buckets of <= {} MiB",
+                 rank.rank, rank.world_size, impl->reducer->buckets().size(),
+                 config.parallel.bucket_mib);
+  } else if (impl->zero) {
+    spdlog::info(
+        "data parallel: rank {} of {}, ZeRO-1: this rank keeps optimizer state for "
+        "parameters [{}, {}) of {}",
+        rank.rank, rank.world_size, impl->owned.begin, impl->owned.end, n);
+  }
   out->reset(new Trainer(std::move(impl)));
   return Status::Ok();
 }
@@ -148,16 +201,99 @@ double Trainer::Impl::ValidationLoss() {
   const int64_t windows =
       std::min<int64_t>(static_cast<int64_t>(config.schedule.eval_batches) * config.batch.global,
                         loader->validation_windows());
+  // Each rank evaluates a contiguous share of the windows; the sums are added up.
+  const int64_t share = (windows + world() - 1) / world();
+  const int64_t begin = std::min(windows, rank.rank * share);
+  const int64_t end = std::min(windows, begin + share);
   double sum = 0;
   Batch batch;
-  for (int64_t first = 0; first < windows; first += micro_batch) {
-    const int count = static_cast<int>(std::min<int64_t>(micro_batch, windows - first));
+  for (int64_t first = begin; first < end; first += micro_batch) {
+    const int count = static_cast<int>(std::min<int64_t>(micro_batch, end - first));
     loader->ValidationBatch(first, count, &batch);
     // Forward returns the mean over count*T positions; weight by count for the exact mean.
     sum +=
         static_cast<double>(model->Forward(batch.tokens, batch.targets, batch.B, batch.T)) * count;
   }
+  SumOverRanks(std::span<double>(&sum, 1));
   return sum / static_cast<double>(windows);
+}
+
+void Trainer::Impl::SumOverRanks(std::span<double> values) {
+  if (!group)
+    return;
+  const auto start = Clock::now();
+  group->all_reduce(values, comm::ReduceOp::kSum)->wait();
+  metrics->RecordComm("all_reduce", "data", Seconds(start),
+                      static_cast<double>(values.size_bytes()));
+}
+
+Status Trainer::Impl::Agree(const Status& mine, const std::string& what) {
+  if (!group)
+    return mine;
+  int32_t code = mine.exit_code();
+  group->all_reduce(std::span<int32_t>(&code, 1), comm::ReduceOp::kMax)->wait();
+  if (!mine.ok() || code == 0)
+    return mine;
+  return Status(static_cast<ExitCode>(code),
+                fmt::format("{}: another rank failed with exit code {} (see its log)", what, code));
+}
+
+// One optimizer step's forward, backward, reduction and update; returns the step's loss
+// (the mean over the global batch) and sets *grad_norm (before clipping).
+double Trainer::Impl::TrainStep(double lr, bool stop_here, double* grad_norm, bool* stop_any) {
+  const TrainerConfig& c = config;
+  const int M = c.batch.micro_batches;
+  model->ZeroGradients();
+  double loss = 0;
+  Batch batch;
+  const model::GradientsReadyFn on_ready = [this](int64_t first) {
+    reducer->GradientsReady(first);
+  };
+  for (int m = 0; m < M; ++m) {
+    const int first = rank.rank * (c.batch.global / world()) + m * micro_batch;
+    loader->TrainBatch(step, first, micro_batch, &batch);
+    loss += model->Forward(batch.tokens, batch.targets, batch.B, batch.T);
+    // Only the last micro-batch's backward makes gradients final, so only it starts buckets.
+    model->Backward(1.0f / static_cast<float>(M),
+                    reducer && m == M - 1 ? on_ready : model::GradientsReadyFn());
+  }
+  loss /= M;
+  std::span<float> params = model->parameters();
+  std::span<float> grads = model->gradients();
+  std::span<const uint8_t> mask = decay_mask;
+  if (reducer) {
+    const parallel::ReductionStats stats = reducer->Finish();
+    metrics->RecordComm("all_reduce", "data", stats.exposed_seconds,
+                        static_cast<double>(stats.bytes));
+  } else if (zero) {
+    const auto start = Clock::now();
+    grads = zero->ReduceScatter(grads);
+    metrics->RecordComm("reduce_scatter", "data", Seconds(start),
+                        static_cast<double>(zero->shard_bytes() * zero->layout().ranks));
+    params = params.subspan(static_cast<size_t>(owned.begin), static_cast<size_t>(owned.size()));
+    mask = mask.subspan(static_cast<size_t>(owned.begin), static_cast<size_t>(owned.size()));
+  }
+  // One small all-reduce for both: the losses of the ranks' shares of the batch, and the
+  // squared gradient norm. With ZeRO-1 each rank holds a shard of the gradient, so the squares
+  // add up over ranks; otherwise every rank holds the same reduced gradient and rank 0 alone
+  // contributes it (adding zeros keeps it exact).
+  double sums[3] = {loss, zero || rank.rank == 0 ? SumOfSquares(grads) : 0.0,
+                    stop_here ? 1.0 : 0.0};
+  SumOverRanks(sums);
+  loss = sums[0] / world();
+  *grad_norm = std::sqrt(sums[1]);
+  *stop_any = sums[2] > 0;
+  if (!std::isfinite(loss) || !std::isfinite(*grad_norm))
+    return loss;  // the caller reports divergence; nothing is updated
+  ClipToNorm(grads, *grad_norm, c.optimizer.grad_clip);
+  optimizer->Step(params, grads, mask, static_cast<float>(lr));
+  if (zero) {
+    const auto start = Clock::now();
+    zero->AllGather(model->parameters());
+    metrics->RecordComm("all_gather", "data", Seconds(start),
+                        static_cast<double>(zero->shard_bytes()));
+  }
+  return loss;
 }
 
 Status Trainer::Impl::Resume(int64_t checkpoint_step) {
@@ -192,23 +328,38 @@ Status Trainer::Impl::Resume(int64_t checkpoint_step) {
         meta_path, meta.data_cursor.step, meta.data_cursor.samples_consumed, meta.optimizer_steps,
         meta.rng_seed, checkpoint_step));
   }
-  ShardContents shard;
-  if (Status st = store->ReadShard(meta, ShardName(rank.rank), &shard); !st.ok())
+  if (meta.zero_stage != config.parallel.zero_stage && world() > 1) {
+    return CheckpointRefused(fmt::format(
+        "{}: written with parallelism.zeroStage {}, this job has {}; use the same zeroStage",
+        meta_path, meta.zero_stage, config.parallel.zero_stage));
+  }
+  // Rank 0's file has the parameters (and the whole optimizer state unless it is sharded);
+  // with ZeRO-1 every rank's file has its shard of the optimizer state.
+  ShardContents first;
+  if (Status st = store->ReadShard(meta, ShardName(0), &first); !st.ok())
     return st;
-  const std::string shard_path = store->StepDir(checkpoint_step) + "/" + ShardName(rank.rank);
-  const size_t n = model->parameters().size();
+  ShardContents own_file;
+  const ShardContents* state = &first;
+  if (zero && rank.rank != 0) {
+    if (Status st = store->ReadShard(meta, ShardName(rank.rank), &own_file); !st.ok())
+      return st;
+    state = &own_file;
+  }
   struct Target {
+    const ShardContents* file;
+    int file_rank;
     const char* name;
     std::span<float> dst;
-  } targets[] = {{"params", model->parameters()},
-                 {"adamw.m", optimizer->first_moment()},
-                 {"adamw.v", optimizer->second_moment()}};
+  } targets[] = {{&first, 0, "params", model->parameters()},
+                 {state, zero ? rank.rank : 0, "adamw.m", optimizer->first_moment()},
+                 {state, zero ? rank.rank : 0, "adamw.v", optimizer->second_moment()}};
   for (const Target& t : targets) {
-    const std::vector<float>* values = shard.Find(t.name);
-    if (values == nullptr || values->size() != n) {
+    const std::vector<float>* values = t.file->Find(t.name);
+    if (values == nullptr || values->size() != t.dst.size()) {
       return CheckpointRefused(
-          fmt::format("{}: tensor '{}' has {} values, the model needs {}", shard_path, t.name,
-                      values ? static_cast<int64_t>(values->size()) : int64_t{-1}, n));
+          fmt::format("{}/{}: tensor '{}' has {} values, this rank needs {}",
+                      store->StepDir(checkpoint_step), ShardName(t.file_rank), t.name,
+                      values ? static_cast<int64_t>(values->size()) : int64_t{-1}, t.dst.size()));
     }
     std::copy(values->begin(), values->end(), t.dst.begin());
   }
@@ -237,22 +388,90 @@ Status Trainer::Impl::SaveCheckpoint() {
   meta.loss = last_loss;
   meta.val_loss = last_val_loss;
   meta.created_at = NowRfc3339();
-  const std::vector<ShardTensor> tensors = {
-      {"params", model->parameters()},
-      {"adamw.m", optimizer->first_moment()},
-      {"adamw.v", optimizer->second_moment()},
-  };
-  if (Status st = store->Save(meta, {{ShardName(rank.rank), tensors}}); !st.ok())
-    return st;
-  if (Status st = store->Prune(config.checkpoint.keep); !st.ok())
-    return st;
+  meta.zero_stage = config.parallel.zero_stage;
+  if (group) {
+    if (Status st = SaveShardedCheckpoint(meta); !st.ok())
+      return st;
+  } else {
+    const std::vector<ShardTensor> tensors = {
+        {"params", model->parameters()},
+        {"adamw.m", optimizer->first_moment()},
+        {"adamw.v", optimizer->second_moment()},
+    };
+    if (Status st = store->Save(meta, {{ShardName(rank.rank), tensors}}); !st.ok())
+      return st;
+    if (Status st = store->Prune(config.checkpoint.keep); !st.ok())
+      return st;
+  }
   const double seconds = Seconds(start);
   metrics->RecordCheckpoint(seconds);
   spdlog::info("checkpoint {} written in {:.3f} s", store->StepDir(step), seconds);
   return Status::Ok();
 }
 
+// Several ranks, one directory: rank 0 opens step-<N>.tmp/, each rank that holds something
+// unique writes its file there (rank 0: the parameters and, unless sharded, the optimizer
+// state; with ZeRO-1 every rank its optimizer shard), the file descriptions are all-gathered,
+// and rank 0 commits. Every rank returns the same outcome.
+Status Trainer::Impl::SaveShardedCheckpoint(const CheckpointMeta& meta) {
+  const std::string what = fmt::format("checkpoint {}", store->StepDir(meta.step));
+  if (Status st = Agree(rank.rank == 0 ? store->Begin(meta.step) : Status::Ok(), what); !st.ok())
+    return st;
+  std::vector<ShardTensor> tensors;
+  if (rank.rank == 0)
+    tensors.push_back({"params", model->parameters()});
+  if (rank.rank == 0 || zero) {
+    tensors.push_back({"adamw.m", optimizer->first_moment()});
+    tensors.push_back({"adamw.v", optimizer->second_moment()});
+  }
+  ShardRecord mine;
+  Status written;
+  if (!tensors.empty()) {
+    CheckpointFile file;
+    written = store->WriteShard(meta.step, rank.rank, ShardName(rank.rank), tensors, &file);
+    if (written.ok()) {
+      mine.bytes = file.bytes;
+      std::copy_n(file.sha256.begin(), std::min<size_t>(file.sha256.size(), 64), mine.sha256);
+    } else {
+      mine.ok = 0;
+    }
+  }
+  std::vector<ShardRecord> records(static_cast<size_t>(world()));
+  group->all_gather(&mine, records.data(), sizeof(ShardRecord), comm::DataType::kUInt8)->wait();
+  Status committed;
+  if (rank.rank == 0) {
+    CheckpointMeta full = meta;
+    full.files.clear();
+    for (int r = 0; r < world(); ++r) {
+      const ShardRecord& rec = records[static_cast<size_t>(r)];
+      if (!rec.ok && committed.ok()) {
+        committed = IoError(fmt::format("{}: rank {} could not write its shard", what, r));
+      }
+      if (rec.bytes > 0)
+        full.files.push_back({ShardName(r), r, rec.bytes, std::string(rec.sha256, 64)});
+    }
+    if (!written.ok())
+      committed = written;
+    if (committed.ok())
+      committed = store->Commit(full);
+    if (committed.ok())
+      committed = store->Prune(config.checkpoint.keep);
+  } else if (!written.ok()) {
+    committed = written;
+  }
+  return Agree(committed, what);
+}
+
 Status Trainer::Run(const RunOptions& options, TrainResult* result) {
+  try {
+    return RunSteps(options, result);
+  } catch (const comm::CommError& e) {
+    // The group is broken: no checkpoint can be agreed on; the newest complete one stands.
+    return CommFailed(fmt::format("step {}: {}", impl_->step + 1, e.what()));
+  }
+}
+
+Status Trainer::RunSteps(const RunOptions& options, TrainResult* result) {
   Impl& s = *impl_;
   const TrainerConfig& c = s.config;
   *result = TrainResult();
@@ -260,7 +479,7 @@ Status Trainer::Run(const RunOptions& options, TrainResult* result) {
   if (s.store)
     newest = s.store->NewestComplete();
   if (newest) {
-    if (Status st = s.Resume(*newest); !st.ok())
+    if (Status st = s.Agree(s.Resume(*newest), "resume"); !st.ok())
       return st;
   } else {
     s.model->InitParameters(c.seed);
@@ -269,32 +488,21 @@ Status Trainer::Run(const RunOptions& options, TrainResult* result) {
   const int64_t end_step = options.stop_after_step >= 0
                                ? std::min(options.stop_after_step, c.schedule.steps)
                                : c.schedule.steps;
-  const int M = c.batch.micro_batches;
   const int T = c.model.seq_len;
   const double tokens_per_step = static_cast<double>(c.batch.global) * T;
-  Batch batch;
   while (s.step < end_step) {
     const auto start = Clock::now();
     const double lr = LearningRate(s.schedule, s.step);
-    s.model->ZeroGradients();
-    double loss = 0;
-    for (int m = 0; m < M; ++m) {
-      const int first = s.rank.rank * (c.batch.global / s.rank.world_size) + m * s.micro_batch;
-      s.loader->TrainBatch(s.step, first, s.micro_batch, &batch);
-      loss += s.model->Forward(batch.tokens, batch.targets, batch.B, batch.T);
-      s.model->Backward(1.0f / static_cast<float>(M));
-    }
-    loss /= M;
-    const double grad_norm = std::sqrt(SumOfSquares(s.model->gradients()));
+    double grad_norm = 0;
+    bool stop_any = false;
+    const double loss =
+        s.TrainStep(lr, stop_requested_.load(std::memory_order_relaxed), &grad_norm, &stop_any);
     if (!std::isfinite(loss) || !std::isfinite(grad_norm)) {
       return Status(ExitCode::kDiverged,
                     fmt::format("step {}: loss {} and gradient norm {} are not finite; lower "
                                 "optimizer.lr or raise schedule.warmupSteps",
                                 s.step + 1, loss, grad_norm));
     }
-    ClipToNorm(s.model->gradients(), grad_norm, c.optimizer.grad_clip);
-    s.optimizer->Step(s.model->parameters(), s.model->gradients(), s.decay_mask,
-                      static_cast<float>(lr));
     ++s.step;
     s.last_loss = loss;
     result->losses.push_back(static_cast<float>(loss));
@@ -321,13 +529,15 @@ Status Trainer::Run(const RunOptions& options, TrainResult* result) {
       s.metrics->RecordValidation(*s.last_val_loss);
       spdlog::info("step {} val_loss {:.4f}", s.step, *s.last_val_loss);
     }
-    const bool stopping = stop_requested_.load(std::memory_order_relaxed) || s.step == end_step;
+    // One rank decides alone; several stop at the step every one of them agreed on.
+    const bool stop = s.group ? stop_any : stop_requested_.load(std::memory_order_relaxed);
+    const bool stopping = stop || s.step == end_step;
     const int64_t every = c.checkpoint.every_steps;
     if (s.store && (last || stopping || (every > 0 && s.step % every == 0))) {
       if (Status st = s.SaveCheckpoint(); !st.ok())
         return st;
     }
-    if (stop_requested_.load(std::memory_order_relaxed)) {
+    if (stop) {
       result->stopped = true;
       break;
     }

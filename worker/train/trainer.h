@@ -1,7 +1,9 @@
-// The built-in GPT trainer for one rank: data, forward/backward with micro-batch
-// accumulation, clipping, AdamW with warm-up and cosine decay, validation, checkpoints with
-// bit-exact resume, metrics and logs. This build trains one data-parallel rank (WORLD_SIZE 1);
-// collectives are not its business.
+// The built-in GPT trainer of one rank: data, forward/backward with micro-batch accumulation,
+// clipping, AdamW with warm-up and cosine decay, validation, checkpoints with bit-exact resume,
+// metrics and logs. With a data-parallel group of several ranks it reduces gradients in
+// buckets overlapped with backward (or, with parallelism.zeroStage 1, reduce-scatters them and
+// updates only this rank's shard of the optimizer state), so every layout follows the same
+// loss curve as one rank with the same global batch.
 #pragma once
 
 #include <atomic>
@@ -10,6 +12,7 @@
 #include <optional>
 #include <vector>
 
+#include "worker/comm/process_group.h"
 #include "worker/train/config.h"
 #include "worker/train/status.h"
 
@@ -21,6 +24,9 @@ struct RankContext {
   int world_size = 1;
   std::string mesh = "data=1,pipeline=1,tensor=1";
   int kernel_threads = 0;  // 0: leave the kernels' default (OMP_NUM_THREADS / all cores)
+  // The data-parallel group (world_size ranks, this one at `rank`); required when
+  // world_size > 1, ignored otherwise. Collectives failing mid-run end Run with kCommFailed.
+  std::shared_ptr<comm::ProcessGroup> data_group = nullptr;
 };
 
 struct RunOptions {
@@ -61,13 +67,14 @@ class Trainer {
   // The port the metrics server listens on, or -1 when it is off.
   int metrics_port() const;
 
-  // Mean validation loss over the fixed validation windows (rank 0's share in one-rank
-  // jobs), with the current parameters.
+  // Mean validation loss over the fixed validation windows, with the current parameters.
+  // Collective when there are several ranks (each evaluates a share of the windows).
   double ValidationLoss();
 
  private:
   struct Impl;
   explicit Trainer(std::unique_ptr<Impl> impl);
+  Status RunSteps(const RunOptions& options, TrainResult* result);
   std::unique_ptr<Impl> impl_;
   std::atomic<bool> stop_requested_{false};
 };
