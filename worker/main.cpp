@@ -178,9 +178,12 @@ int RunRank(const std::string& config_path, const std::vector<std::string>& over
     rank.data_group = world.group;
   }
   std::unique_ptr<tessera::train::Trainer> trainer;
-  if (Status st = tessera::train::Trainer::Create(config, rank, &trainer); !st.ok()) {
-    return Fail(st);
-  }
+  const Status created = tessera::train::Trainer::Create(config, rank, &trainer);
+  // From here the trainer (destroyed before `world`) holds the only reference to the group, so
+  // rank 0's store sees this rank's own connections close too.
+  rank.data_group.reset();
+  if (!created.ok())
+    return Fail(created);
   g_trainer = trainer.get();
   std::signal(SIGTERM, OnStopSignal);
   std::signal(SIGINT, OnStopSignal);

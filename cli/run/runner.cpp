@@ -424,6 +424,8 @@ void LocalRun::CreateWorkers(const lifecycle::CreateWorkers& create) {
       spec.env.emplace_back("LOCAL_RANK", std::to_string(local));
       spec.env.emplace_back("LOCAL_WORLD_SIZE", std::to_string(procs_per_worker_));
       spec.env.emplace_back("GROUP_RANK", std::to_string(index));
+      // Every rank is on this machine: Gloo listens and connects on loopback.
+      spec.env.emplace_back("TESSERA_COMM_HOST", "127.0.0.1");
       if (omp == nullptr || *omp == '\0')
         spec.env.emplace_back("OMP_NUM_THREADS", threads);
       if (trainer_) {
@@ -845,12 +847,12 @@ int RunJob(const RunOptions& options) {
                        "one of them");
     }
     const int64_t world = api::WorldSize(job.spec);
-    if (world > kBuiltinTrainerMaxWorldSize) {
+    if (job.spec.parallelism.pipeline > 1 || job.spec.parallelism.tensor > 1) {
       return BadConfig(fmt::format(
-          "{}: workers x procsPerWorker = {} ranks, but multi-rank training with the built-in "
-          "trainer is not available in this build yet; run one rank (--set spec.workers=1 --set "
-          "spec.procsPerWorker=1 --set spec.parallelism.data=1) or bring your own command",
-          options.file, world));
+          "{}: spec.parallelism.pipeline = {}, tensor = {}: the built-in trainer runs data "
+          "parallelism only in this build; set both to 1 (--set spec.parallelism.pipeline=1 --set "
+          "spec.parallelism.tensor=1) or bring your own command",
+          options.file, job.spec.parallelism.pipeline, job.spec.parallelism.tensor));
     }
     train::TrainerConfig config;
     if (train::Status st = train::TrainerConfigFromJob(job, &config); !st.ok())

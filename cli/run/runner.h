@@ -18,9 +18,6 @@ inline constexpr int kRunPermanentExit = 3;  // a rank exited with one of perman
 inline constexpr int kRunInterrupted = 130;  // SIGINT (Ctrl-C): ranks checkpointed and stopped
 inline constexpr int kRunTerminated = 143;   // SIGTERM: the same
 
-// The largest WORLD_SIZE the built-in trainer accepts in this build.
-inline constexpr int kBuiltinTrainerMaxWorldSize = 1;
-
 struct RunOptions {
   std::string file;               // the TrainingJob YAML
   std::vector<std::string> sets;  // `path=value` overrides, applied in order

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# `kill -9` of the rank mid-run: the runner restarts the gang, the new attempt resumes from the
-# last checkpoint, and the run ends with exactly the final loss of an uninterrupted run.
+# `kill -9` of rank 0 of two data-parallel ranks mid-run: rank 1 fails too (exit 6, the peer
+# lost), the runner restarts the gang, the new attempt resumes from the last checkpoint, and
+# the run ends with exactly the final loss of an uninterrupted run.
 source "$(dirname "$0")/lib.sh"
 
-# 100 steps, a checkpoint every 20: the kill lands after step 30, so attempt 1 resumes from a
-# checkpoint at 20 or later.
-ARGS=(run "$TINY" "${SMALL[@]}" --set spec.trainer.schedule.steps=100
+# 1000 steps (so the run cannot end between the poll and the kill), a checkpoint every 20: the
+# kill lands after step 30, so attempt 1 resumes from a checkpoint at 20 or later.
+ARGS=(run "$TINY" "${SMALL_DP[@]}" --set spec.trainer.schedule.steps=1000
       --set spec.trainer.checkpoint.everySteps=20)
 
 "$TESSERA" "${ARGS[@]}" --workdir "$WORK/straight" --summary-json "$WORK/straight.json" \

@@ -77,8 +77,11 @@ step_at_least() {
   ((step >= $2))
 }
 
-# The tiny example, one rank (the built-in trainer trains one rank in this build).
+# The tiny example: two data-parallel workers of one rank each.
 TINY=manifests/examples/cpu-tiny.yaml
 TINY_ONE_RANK=(--set spec.workers=1 --set spec.parallelism.data=1)
-# The same, four times cheaper per step, for tests about restarts rather than learning.
-SMALL=("${TINY_ONE_RANK[@]}" --set spec.trainer.model.seqLen=32 --set spec.trainer.batch.global=8)
+# Four times cheaper per step, for tests about restarts rather than learning: one rank, and
+# the example's two data-parallel ranks.
+CHEAP=(--set spec.trainer.model.seqLen=32 --set spec.trainer.batch.global=8)
+SMALL=("${TINY_ONE_RANK[@]}" "${CHEAP[@]}")
+SMALL_DP=("${CHEAP[@]}")

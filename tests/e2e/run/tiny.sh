@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The demo example completes: exit 0, the summary JSON, every step trained, a final loss that
-# shows learning, and no process left.
+# The demo example (two data-parallel ranks) completes: exit 0, the summary JSON, every step
+# trained, a final loss that shows learning, and no process left.
 source "$(dirname "$0")/lib.sh"
 
 rc=0
-"$TESSERA" run "$TINY" "${TINY_ONE_RANK[@]}" --workdir "$WORK/run" \
+"$TESSERA" run "$TINY" --workdir "$WORK/run" \
   --summary-json "$WORK/summary.json" --sample 100 >"$WORK/out.txt" 2>&1 || rc=$?
 cat "$WORK/out.txt"
 [[ $rc == 0 ]] || fail "tessera run exited $rc"
