@@ -25,8 +25,9 @@ struct ZeroLayout {
   BufferRange shard(int rank) const;
 };
 
-// Not thread-safe: one trainer owns it. Holds two staging buffers of ranks * shard_size floats
-// (gradients in, parameters out), because a padded collective cannot run in the model's buffer.
+// Not thread-safe: one trainer owns it. Holds one shard of floats; when ranks * shard_size
+// exceeds count (the last shard padded) also a staging buffer of ranks * shard_size floats,
+// because a padded collective cannot run in the model's buffer.
 class ZeroShards {
  public:
   ZeroShards(std::shared_ptr<comm::ProcessGroup> group, int64_t count);
@@ -50,7 +51,7 @@ class ZeroShards {
  private:
   std::shared_ptr<comm::ProcessGroup> group_;
   ZeroLayout layout_;
-  std::vector<float> staging_;  // ranks * shard_size
+  std::vector<float> staging_;  // ranks * shard_size, or empty when the shards tile count
   std::vector<float> shard_;    // shard_size
 };
 
