@@ -2,12 +2,14 @@
 // training rank of the built-in GPT trainer from the environment of DESIGN.md §3; with
 // WORLD_SIZE > 1 rank 0 serves the rendezvous store at TESSERA_RDZV_ENDPOINT's port and every
 // rank joins the data-parallel process group through it. Starting and supervising several
-// rank processes per pod is not built yet.
+// rank processes per pod is `tessera-worker agent` (worker/agent.h), the pod's entry point.
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
+#include <unistd.h>
 #include <chrono>
+
 #include <csignal>
 #include <cstdlib>
 #include <fstream>
@@ -19,6 +21,7 @@
 #include "api/codec.h"
 #include "api/validate.h"
 #include "api/version.h"
+#include "worker/agent.h"
 #include "worker/comm/gloo_process_group.h"
 #include "worker/rendezvous/store_client.h"
 #include "worker/rendezvous/store_error.h"
@@ -219,6 +222,25 @@ int main(int argc, char** argv) {
   rank_cmd->add_option("--threads", threads, "Kernel threads (0 = OMP_NUM_THREADS or all cores)")
       ->check(CLI::NonNegativeNumber);
 
+  CLI::App* agent_cmd = app.add_subcommand(
+      "agent",
+      "Run this pod's TESSERA_PROCS_PER_NODE ranks and supervise them (the pod's entry point): "
+      "`tessera-worker rank` with the options below, or the command after --");
+  std::string agent_config;
+  std::vector<std::string> agent_overrides;
+  std::vector<std::string> agent_command;
+  int agent_threads = 0;
+  double grace_seconds = 30;
+  agent_cmd->add_option("--config", agent_config, "Trainer YAML, or a TrainingJob file");
+  agent_cmd->add_option("--set", agent_overrides, "Passed to every rank");
+  agent_cmd->add_option("--threads", agent_threads, "Passed to every rank")
+      ->check(CLI::NonNegativeNumber);
+  agent_cmd
+      ->add_option("--grace", grace_seconds,
+                   "Seconds ranks get to stop after SIGTERM before SIGKILL (default 30)")
+      ->check(CLI::NonNegativeNumber);
+  agent_cmd->add_option("command", agent_command, "Your own trainer, after --");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -232,6 +254,33 @@ int main(int argc, char** argv) {
   if (*rank_cmd) {
     spdlog::set_default_logger(spdlog::stderr_color_mt("tessera"));
     return RunRank(config_path, overrides, threads);
+  }
+  if (*agent_cmd) {
+    spdlog::set_default_logger(spdlog::stderr_color_mt("tessera"));
+    tessera::worker::AgentOptions options;
+    options.grace = std::chrono::milliseconds(static_cast<int64_t>(grace_seconds * 1000));
+    if (!agent_command.empty()) {
+      options.command = agent_command;
+    } else if (!agent_config.empty()) {
+      options.command = {"/proc/self/exe", "rank", "--config", agent_config};
+      char self[4096];
+      const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+      if (n > 0)
+        options.command[0] = std::string(self, static_cast<size_t>(n));
+      for (const std::string& o : agent_overrides) {
+        options.command.push_back("--set");
+        options.command.push_back(o);
+      }
+      if (agent_threads > 0) {
+        options.command.push_back("--threads");
+        options.command.push_back(std::to_string(agent_threads));
+      }
+    } else {
+      std::cerr << "tessera-worker agent: give --config FILE (the built-in trainer) or a "
+                   "command after --\n";
+      return 2;
+    }
+    return tessera::worker::RunAgent(options);
   }
   std::cerr << "tessera-worker: no command; run `tessera-worker rank --config FILE` "
                "(see --help)\n";

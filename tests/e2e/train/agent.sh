@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# `tessera-worker agent`, the pod's entry point: it starts TESSERA_PROCS_PER_NODE ranks with
+# RANK/LOCAL_RANK, they train data-parallel to the end (exit 0); and when one rank fails the
+# agent stops the other and exits with the failed rank's code, leaving no process behind.
+set -euo pipefail
+WORKER=${1:?usage: agent.sh TESSERA_WORKER SOURCE_DIR SCRATCH}
+SRC=${2:?}
+WORK=${3:?}
+rm -rf "$WORK" && mkdir -p "$WORK"
+fail() { echo "FAIL: $*" >&2; exit 1; }
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+cat >"$WORK/t.yaml" <<YAML
+model: {layers: 2, dModel: 32, heads: 2, seqLen: 32, vocab: 256}
+data: {path: $SRC/data/tinyshakespeare.txt}
+batch: {global: 8, microBatches: 2}
+schedule: {steps: 30, warmupSteps: 2, evalEvery: 0, evalBatches: 1}
+checkpoint: {dir: $WORK/ckpt, everySteps: 0, keep: 1}
+metrics: {port: -1}
+YAML
+export TESSERA_RDZV_ENDPOINT=127.0.0.1:$port TESSERA_RDZV_TOKEN=agent-e2e TESSERA_COMM_HOST=127.0.0.1
+export WORLD_SIZE=2 TESSERA_NODE_RANK=0 TESSERA_PROCS_PER_NODE=2 TESSERA_MESH=data=2,pipeline=1,tensor=1
+
+rc=0
+"$WORKER" agent --config "$WORK/t.yaml" --threads 1 >"$WORK/train.txt" 2>&1 || rc=$?
+cat "$WORK/train.txt"
+[[ $rc == 0 ]] || fail "the agent exited $rc"
+[[ $(grep -c "started rank" "$WORK/train.txt") == 2 ]] || fail "want two ranks started"
+[[ $(grep -c "done: 30 steps" "$WORK/train.txt") == 2 ]] || fail "both ranks must finish"
+[[ -f $WORK/ckpt/step-30/meta.json ]] || fail "no final checkpoint"
+grep -q '"worldSize": 2' "$WORK/ckpt/step-30/meta.json" || fail "the checkpoint is not 2-rank"
+
+marker="agent-e2e-$$-$RANDOM"
+rc=0
+AGENT_E2E_MARKER=$marker "$WORKER" agent --grace 5 -- sh -c \
+  'if [ "$LOCAL_RANK" = 1 ]; then sleep 0.5; exit 7; fi; exec sleep 600' \
+  >"$WORK/fail.txt" 2>&1 || rc=$?
+cat "$WORK/fail.txt"
+[[ $rc == 7 ]] || fail "the agent exited $rc, want rank 1's code 7"
+grep -q "rank 1 (pid [0-9]*) exited with code 7; stopping the other ranks" "$WORK/fail.txt" ||
+  fail "the failure was not reported"
+left=$(grep -l "AGENT_E2E_MARKER=$marker" /proc/[0-9]*/environ 2>/dev/null || true)
+[[ -z $left ]] || fail "processes survived the agent: $left"
+echo PASS

@@ -1,0 +1,29 @@
+// The per-pod worker agent (DESIGN.md §3): starts TESSERA_PROCS_PER_NODE rank processes, each
+// with RANK = TESSERA_NODE_RANK * procs + LOCAL_RANK, LOCAL_RANK, LOCAL_WORLD_SIZE, its own
+// metrics port (TESSERA_METRICS_PORT + LOCAL_RANK) and, on a machine with NVIDIA devices and
+// no CUDA_VISIBLE_DEVICES, its GPU (CUDA_VISIBLE_DEVICES = LOCAL_RANK). It supervises them:
+// as soon as one exits non-zero the others get SIGTERM (SIGKILL after a grace period) and the
+// agent exits with that rank's code, so the controller sees the pod fail and restarts the gang.
+// SIGTERM/SIGINT to the agent are forwarded to every rank (they checkpoint and stop).
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace tessera::worker {
+
+struct AgentOptions {
+  // The command each rank runs (argv[0] an absolute path or found in PATH).
+  std::vector<std::string> command;
+  // How long ranks may take to stop after SIGTERM before they are killed.
+  std::chrono::milliseconds grace{std::chrono::seconds(30)};
+};
+
+// Runs the ranks to the end and returns the agent's exit code: 0 when every rank exited 0,
+// otherwise the first failure's code (128 + signal for a rank killed by a signal), or 2 with
+// one line on stderr for a bad TESSERA_NODE_RANK / TESSERA_PROCS_PER_NODE. Installs handlers
+// for SIGTERM and SIGINT while it runs. Call it from a single-threaded process.
+int RunAgent(const AgentOptions& options);
+
+}  // namespace tessera::worker
