@@ -1,0 +1,122 @@
+// gpt_bench: Tessera's side of bench/gpu/run.sh. Trains the GPT on one CUDA device (bf16,
+// AdamW) on random tokens and prints one line:
+//   tessera tokens_per_s=... step_ms=... mfu=... loss_first=... loss_last=... ...
+// MFU counts the model's FLOPs as nanoGPT does: 6 (P - wpe) + 12 L C T per token (forward
+// and backward, attention included), against --peak-tflops (H100/H200 SXM dense bf16: 989).
+// Exit status: 0, 2 for a bad flag, 3 when no CUDA device or model can be had.
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <exception>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "worker/model/cuda/gpt_cuda.h"
+#include "worker/model/gpt.h"
+
+namespace {
+
+int Run(int argc, char** argv) {
+  using tessera::model::GptConfig;
+  CLI::App app{"Tessera GPT training throughput on one CUDA device"};
+  std::string preset = "gpt2-124m";
+  GptConfig config;
+  int layers = 0, d_model = 0, heads = 0, seq_len = 0, vocab = 0;
+  int batch = 16, steps = 20, warmup = 3;
+  double peak_tflops = 989.0;
+  app.add_option("--preset", preset, "model preset (gpt2-124m, ...); 'none' for the flags below");
+  app.add_option("--layers", layers, "override: layers");
+  app.add_option("--d-model", d_model, "override: dModel");
+  app.add_option("--heads", heads, "override: heads");
+  app.add_option("--seq-len", seq_len, "override: seqLen (= T of every step)");
+  app.add_option("--vocab", vocab, "override: vocabulary size");
+  app.add_option("--batch", batch, "sequences per step (B)");
+  app.add_option("--steps", steps, "timed steps");
+  app.add_option("--warmup", warmup, "untimed steps first");
+  app.add_option("--peak-tflops", peak_tflops, "the device's dense bf16 peak, for MFU");
+  CLI11_PARSE(app, argc, argv);
+  if (preset != "none" && !tessera::model::GptPreset(preset, &config)) {
+    std::fprintf(stderr, "gpt_bench: unknown --preset %s\n", preset.c_str());
+    return 2;
+  }
+  if (layers > 0)
+    config.layers = layers;
+  if (d_model > 0)
+    config.d_model = d_model;
+  if (heads > 0)
+    config.heads = heads;
+  if (seq_len > 0)
+    config.seq_len = seq_len;
+  if (vocab > 0)
+    config.vocab = vocab;
+  const std::string invalid = tessera::model::ValidateGptConfig(config);
+  if (!invalid.empty() || batch < 1 || steps < 1 || warmup < 0) {
+    std::fprintf(stderr, "gpt_bench: %s\n",
+                 invalid.empty() ? "--batch and --steps must be positive" : invalid.c_str());
+    return 2;
+  }
+
+  std::string error;
+  auto model = tessera::model::CreateGptCuda(config, {}, &error);
+  if (model == nullptr) {
+    std::fprintf(stderr, "gpt_bench: cannot create the CUDA model: %s\n", error.c_str());
+    return 3;
+  }
+  model->InitParameters(1337);
+  const int B = batch;
+  const int T = config.seq_len;
+  tessera::model::GpuAdamWOptions adamw;  // lr 3e-4, betas (0.9, 0.95), wd 0.1, clip 1.0
+  std::mt19937_64 rng(42);
+  std::uniform_int_distribution<int32_t> dist(0, config.vocab - 1);
+  std::vector<int32_t> data(static_cast<size_t>(B) * T + 1);
+
+  double timed = 0.0;
+  float first = NAN, last = NAN;
+  for (int s = 0; s < warmup + steps; s++) {
+    for (int32_t& id : data)
+      id = dist(rng);
+    const std::span<const int32_t> all(data);
+    const auto tokens = all.first(data.size() - 1);
+    const auto targets = all.last(data.size() - 1);
+    model->Synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    model->ZeroGradients();
+    model->Forward(tokens, targets, B, T);
+    model->Backward();
+    model->Step(adamw, adamw.lr);
+    const float loss = model->Loss();  // the step's one read-back
+    model->Synchronize();
+    const auto t1 = std::chrono::steady_clock::now();
+    if (s == 0)
+      first = loss;
+    last = loss;
+    if (s >= warmup)
+      timed += std::chrono::duration<double>(t1 - t0).count();
+  }
+  const int64_t P = tessera::model::GptParameterCount(config);
+  const double flops_per_token =
+      6.0 * static_cast<double>(P - static_cast<int64_t>(config.seq_len) * config.d_model) +
+      12.0 * config.layers * config.d_model * static_cast<double>(T);
+  const double tokens_per_s = static_cast<double>(B) * T * steps / timed;
+  const double mfu = tokens_per_s * flops_per_token / (peak_tflops * 1e12);
+  std::printf(
+      "tessera tokens_per_s=%.1f step_ms=%.2f mfu=%.4f batch=%d seq_len=%d params=%lld "
+      "activation_gib=%.2f loss_first=%.4f loss_last=%.4f grad_norm=%.4f\n",
+      tokens_per_s, 1e3 * timed / steps, mfu, B, T, static_cast<long long>(P),
+      static_cast<double>(model->activation_bytes()) / (1 << 30), first, last, model->GradNorm());
+  return std::isfinite(last) ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return Run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gpt_bench: %s\n", e.what());
+    return 1;
+  }
+}

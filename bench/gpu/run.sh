@@ -1,0 +1,220 @@
+#!/usr/bin/env bash
+# bench/gpu/run.sh: builds, checks and times everything GPU-related in one run on one GPU
+# (an H200 here), in under 8 minutes:
+#   1. the binaries: unpacked from the bundle that bench/gpu/bundle.sh made on a development
+#      machine (build-gpu/bundle/tessera-gpu.tar.gz, carried along), or else configured and
+#      built here (CUDA targets only, sm_90) when this machine has the project's libraries;
+#   2. correctness: the Gpu* tests (each CUDA layer against the CPU reference, whole model,
+#      20-step training run), the GPU smoke test, the NCCL one-rank + split sub-group test;
+#   3. speed: GPT-2 124M (seqLen 1024, bf16, batch $BATCH) tokens/s and MFU for Tessera
+#      (gpt_bench) and for PyTorch with torch.compile (torch_gpt.py), same config and batch.
+# The last line is exactly `ratio=<tessera tokens/s ÷ pytorch tokens/s> mfu=<tessera MFU>`
+# (targets: ratio >= 1.0, mfu >= 0.50). Raw output goes to $OUT (the device tool's folder
+# that comes back; default bench/results/local-<time>): run.log (everything), tests.xml,
+# summary.txt. Exit status: 0 all passed; 1 a test or a benchmark failed (the ratio line is
+# still printed when both benchmarks ran); 2 no binaries; 3 no GPU.
+#
+# Environment: BATCH (16), STEPS (20), WARMUP (3), PEAK_TFLOPS (989, dense bf16 of an
+# H100/H200 SXM), BUDGET_S (470: the whole run's deadline), BUNDLE (path of the bundle),
+# BIN_DIR (use these binaries instead), PYTHON (python3), JOBS (nproc), SKIP_TESTS=1,
+# SKIP_TORCH=1, FORCE_GPU_NAME (skip the GPU check: to test this script where there is none).
+set -uo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+out=${OUT:-$root/bench/results/local-$(date -u +%Y%m%dT%H%M%SZ)}
+mkdir -p "$out"
+log=$out/run.log
+summary=$out/summary.txt
+: >"$log"
+: >"$summary"
+deadline=$((SECONDS + ${BUDGET_S:-470}))
+batch=${BATCH:-16}
+steps=${STEPS:-20}
+warmup=${WARMUP:-3}
+peak=${PEAK_TFLOPS:-989}
+python=${PYTHON:-python3}
+jobs=${JOBS:-$(nproc)}
+orig_ld=${LD_LIBRARY_PATH:-}  # PyTorch runs with the machine's own libraries
+failures=()
+
+say() { echo "$*" | tee -a "$log" "$summary"; }
+# Seconds left for a stage that wants `want`, keeping `reserve` for the stages after it.
+budget() {
+  local want=$1 reserve=$2 left=$((deadline - SECONDS - $2))
+  ((left < want)) && want=$left
+  ((want < 5)) && want=5
+  echo "$want"
+}
+# run NAME TIMEOUT COMMAND...: runs it with a deadline, its output into the log and stdout
+# (and into $stage_log, for the checks that follow).
+stage_log=$(mktemp)
+trap 'rm -f "$stage_log"' EXIT
+run() {
+  local name=$1 limit=$2
+  shift 2
+  echo "--- $name (limit ${limit}s): $*" | tee -a "$log"
+  timeout --kill-after=10 "$limit" "$@" >"$stage_log" 2>&1
+  local rc=$?
+  tee -a "$log" <"$stage_log"
+  ((rc == 124 || rc == 137)) && echo "--- $name: timed out after ${limit}s" | tee -a "$log"
+  return "$rc"
+}
+# A GoogleTest run passed only if it ran every test: on a GPU machine a skip is a failure.
+skipped() { grep -E '^\[  SKIPPED \] [0-9]+ tests?, listed below' "$stage_log" | grep -oE '[0-9]+' | head -1; }
+gtest() {  # gtest NAME TIMEOUT BINARY ARGS...
+  local name=$1
+  if ! run "$@"; then
+    failures+=("$name")
+    say "tests: $name FAILED: $(grep -E '^\[  FAILED  \] [A-Za-z]' "$stage_log" | grep -v listed | sed 's/^\[  FAILED  \] //' | tr '\n' ' ')"
+  elif [[ -n "$(skipped)" ]]; then
+    failures+=("$name (skipped)")
+    say "tests: $name: $(skipped) tests SKIPPED on a GPU machine (no device visible to CUDA?)"
+  else
+    say "tests: $name passed ($(grep -E '^\[  PASSED  \]' "$stage_log" | sed 's/^\[  PASSED  \] //'))"
+  fi
+}
+
+say "run.sh: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname), commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+
+# ---- 0. a GPU -------------------------------------------------------------------------
+gpu_name=${FORCE_GPU_NAME:-}  # set only to exercise this script on a machine without a GPU
+if [[ -z "$gpu_name" ]] && command -v nvidia-smi >/dev/null 2>&1; then
+  gpu_name=$(timeout 20 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)
+fi
+if [[ -z "$gpu_name" ]] && command -v "$python" >/dev/null 2>&1; then
+  gpu_name=$(timeout 60 "$python" -c 'import torch; print(torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")' 2>/dev/null)
+fi
+if [[ -z "$gpu_name" ]]; then
+  say "run.sh: no CUDA GPU visible (nvidia-smi and PyTorch found none): run this on a GPU machine, e.g. the device tool with command 'bash bench/gpu/run.sh' and carry ['build-gpu/bundle']"
+  exit 3
+fi
+say "gpu: $gpu_name"
+command -v nvcc >/dev/null 2>&1 && say "nvcc: $(nvcc --version | tail -2 | head -1)"
+
+# ---- 1. binaries ----------------------------------------------------------------------
+# Libraries too large to carry (cuBLASLt, NCCL) come from this machine: its CUDA toolkit or
+# the NVIDIA wheels beside PyTorch.
+find_lib() {
+  local name=$1 dir
+  for dir in ${LD_LIBRARY_PATH//:/ } /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
+    /usr/lib/x86_64-linux-gnu; do
+    [[ -e "$dir/$name" ]] && { echo "$dir"; return 0; }
+  done
+  local site
+  site=$(timeout 30 "$python" -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null)
+  for dir in $site /usr/local /opt; do
+    [[ -d "$dir" ]] || continue
+    local hit
+    hit=$(timeout 30 find "$dir" -name "$name" -print -quit 2>/dev/null)
+    [[ -n "$hit" ]] && { dirname "$hit"; return 0; }
+  done
+  return 1
+}
+machine_libs=""
+for lib in libcublasLt.so.13 libcublas.so.13 libnccl.so.2 libcudart.so.13; do
+  if dir=$(find_lib "$lib"); then
+    [[ ":$machine_libs:" == *":$dir:"* ]] || machine_libs=${machine_libs:+$machine_libs:}$dir
+  else
+    say "note: $lib not found on this machine"
+  fi
+done
+
+bundle=${BUNDLE:-$root/build-gpu/bundle/tessera-gpu.tar.gz}
+bin=""
+if [[ -n "${BIN_DIR:-}" ]]; then
+  bin=$BIN_DIR
+  say "binaries: BIN_DIR=$bin"
+elif [[ -f "$bundle" ]]; then
+  unpack=/tmp/tessera-gpu
+  rm -rf "$unpack" && mkdir -p "$unpack"
+  if ! tar -xzf "$bundle" -C "$unpack"; then
+    say "run.sh: cannot unpack $bundle"
+    exit 2
+  fi
+  bin=$unpack/bin
+  # The bundle's own libraries (the C++ dependencies, the CUDA runtime it was built with)
+  # first, then this machine's cuBLASLt and NCCL.
+  export LD_LIBRARY_PATH=$unpack/lib${machine_libs:+:$machine_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  say "binaries: bundle $bundle ($(cat "$unpack/BUILD_INFO" 2>/dev/null | tr '\n' ' '))"
+else
+  build=$root/build-gpu-device
+  say "binaries: no bundle at $bundle; configuring and building in $build"
+  cuda_args=(-DTESSERA_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90)
+  if [[ -x /usr/local/cuda/bin/nvcc ]]; then
+    cuda_args+=(-DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc -DCUDAToolkit_ROOT=/usr/local/cuda)
+  fi
+  nccl_dir=$(find_lib libnccl.so.2) && cuda_args+=(-DNCCL_ROOT="$(dirname "$nccl_dir")")
+  if ! run configure "$(budget 90 330)" cmake -S "$root" -B "$build" -G Ninja \
+    -DCMAKE_BUILD_TYPE=Release "${cuda_args[@]}"; then
+    say "run.sh: the CMake configure failed on this machine (see run.log; it needs the project's libraries, scripts/setup.sh): build the bundle on a development machine with 'bash bench/gpu/bundle.sh' and carry build-gpu/bundle"
+    exit 2
+  fi
+  if ! run build "$(budget 240 240)" cmake --build "$build" -j "$jobs" --target gpu_model_test \
+    gpu_smoke_test comm_nccl_test gpt_bench; then
+    say "run.sh: building the GPU targets failed (see run.log)"
+    exit 2
+  fi
+  bin=$build/bin
+  [[ -x "$build/tests/gpu_model_test" ]] && bin=$build/tests
+  export LD_LIBRARY_PATH=${machine_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
+exe() {  # path of a binary: bundle bin/, or a build tree's bin/ or tests/
+  local name=$1
+  for d in "$bin" "$bin/../bin" "$bin/../tests"; do
+    [[ -x "$d/$name" ]] && { echo "$d/$name"; return 0; }
+  done
+  echo "$bin/$name"
+}
+for name in gpu_model_test gpu_smoke_test comm_nccl_test gpt_bench; do
+  [[ -x "$(exe "$name")" ]] || { say "run.sh: $name missing under $bin"; exit 2; }
+done
+
+# A probe: one training step of a tiny model (a kernel launch, cuBLASLt, the optimizer). The
+# bundle's CUDA runtime may be newer than this driver accepts; then use the machine's.
+probe=("$(exe gpt_bench)" --preset none --layers 1 --d-model 64 --heads 2 --seq-len 16 --vocab 64
+  --batch 2 --steps 1 --warmup 0)
+if ! run probe 60 "${probe[@]}"; then
+  if [[ -n "$machine_libs" ]]; then
+    say "note: the probe failed with the bundled CUDA runtime; retrying with this machine's ($machine_libs) first"
+    export LD_LIBRARY_PATH=$machine_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    run probe-again 60 "${probe[@]}" || failures+=("the probe (a tiny training step)")
+  else
+    failures+=("the probe (a tiny training step)")
+  fi
+fi
+say "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
+
+# ---- 2. correctness -------------------------------------------------------------------
+if [[ "${SKIP_TESTS:-0}" != 1 ]]; then
+  gtest "Gpu* tests" "$(budget 150 300)" "$(exe gpu_model_test)" --gtest_filter='Gpu*' \
+    --gtest_output="xml:$out/tests.xml"
+  gtest GpuSmoke 60 "$(exe gpu_smoke_test)"
+  gtest "NcclGroup (one rank + split sub-group)" 90 "$(exe comm_nccl_test)" --gtest_filter='NcclGroup.*'
+fi
+
+# ---- 3. speed -------------------------------------------------------------------------
+field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<" $2" | head -1; }
+common=(--batch "$batch" --steps "$steps" --warmup "$warmup" --peak-tflops "$peak")
+t_line=""
+p_line=""
+run tessera "$(budget 90 200)" "$(exe gpt_bench)" --preset gpt2-124m "${common[@]}"
+t_line=$(grep '^tessera ' "$log" | tail -1)
+[[ -n "$t_line" ]] && say "$t_line" || { failures+=("the Tessera benchmark"); say "bench: Tessera FAILED (see run.log)"; }
+if [[ "${SKIP_TORCH:-0}" != 1 ]]; then
+  run pytorch "$(budget 300 5)" env LD_LIBRARY_PATH="$orig_ld" PYTHONUNBUFFERED=1 "$python" "$root/bench/gpu/torch_gpt.py" \
+    --layers 12 --d-model 768 --heads 12 --seq-len 1024 --vocab 50257 "${common[@]}"
+  p_line=$(grep '^pytorch ' "$log" | tail -1)
+  [[ -n "$p_line" ]] && say "$p_line" || { failures+=("the PyTorch benchmark"); say "bench: PyTorch FAILED (see run.log)"; }
+fi
+
+say "elapsed: ${SECONDS}s"
+if ((${#failures[@]} > 0)); then
+  say "run.sh: FAILED: ${failures[*]}"
+fi
+if [[ -n "$t_line" && -n "$p_line" ]]; then
+  t=$(field tokens_per_s "$t_line")
+  p=$(field tokens_per_s "$p_line")
+  m=$(field mfu "$t_line")
+  awk -v t="$t" -v p="$p" -v m="$m" 'BEGIN{printf "ratio=%.3f mfu=%.3f\n", t/p, m}' | tee -a "$log" "$summary"
+fi
+((${#failures[@]} == 0))
