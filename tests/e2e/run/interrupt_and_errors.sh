@@ -45,10 +45,13 @@ diff "$WORK/validate.txt" "$WORK/bad-stripped.txt" || fail "messages differ from
 [[ ! -e $WORK/bad ]] || fail "an invalid job created its run directory"
 
 rc=0
-"$TESSERA" run "$TINY" --workdir "$WORK/multi" >"$WORK/multi.txt" 2>&1 || rc=$?
-cat "$WORK/multi.txt"
-[[ $rc == 2 ]] || fail "multi-rank built-in: exit code $rc, want 2"
-[[ $(wc -l <"$WORK/multi.txt") == 1 ]] || fail "want one line"
+"$TESSERA" run "$TINY" --set spec.parallelism.pipeline=2 --set spec.parallelism.data=1 \
+  --workdir "$WORK/pipeline" >"$WORK/pipeline.txt" 2>&1 || rc=$?
+cat "$WORK/pipeline.txt"
+[[ $rc == 2 ]] || fail "pipeline-parallel built-in: exit code $rc, want 2"
+[[ $(wc -l <"$WORK/pipeline.txt") == 1 ]] || fail "want one line"
+grep -q "spec.parallelism.pipeline = 2" "$WORK/pipeline.txt" || fail "the field is not named"
+[[ ! -e $WORK/pipeline ]] || fail "a refused job created its run directory"
 
 rc=0
 "$TESSERA" run "$WORK/does-not-exist.yaml" >"$WORK/missing.txt" 2>&1 || rc=$?
