@@ -453,6 +453,10 @@ FieldSchema StatusDef() {
                   count("failed", "Pods that failed."),
               }),
           count("restarts", "Gang restarts so far."),
+          count("attempt",
+                "The current attempt: 0 on first start, +1 per gang restart and per resume "
+                "(the pods' tessera.dev/attempt label)."),
+          time("attemptStartTime", "When the current attempt's pods were created."),
           Def("lastFailure", T::kObject, "The failure that caused the latest restart or the end.")
               .Props({
                   Def("reason", T::kString, "Why, as a condition reason.")
@@ -467,8 +471,11 @@ FieldSchema StatusDef() {
                   count("step", "Last completed optimizer step."),
                   count("totalSteps", "Steps the job trains."),
                   Def("loss", T::kNumber, "Training loss at that step."),
+                  Def("valLoss", T::kNumber,
+                      "Latest validation loss; absent before the first validation."),
                   Def("tokensPerSecond", T::kNumber, "Throughput over all ranks.").Min(0),
-                  time("updatedAt", "When the controller read it."),
+                  time("updatedAt", "When the step last changed."),
+                  count("attempt", "The attempt whose rank 0 reported the step."),
               }),
           time("startTime", "When the first attempt started."),
           time("completionTime", "When the job finished."),

@@ -49,6 +49,8 @@ std::optional<ProgressSample> ParseProgress(const nlohmann::json& body, int64_t 
   s.detail.total_steps = static_cast<int64_t>(number("totalSteps"));
   s.detail.loss = number("loss");
   s.detail.tokens_per_second = number("tokensPerSecond");
+  if (auto v = body.find("valLoss"); v != body.end() && v->is_number())
+    s.detail.val_loss = v->get<double>();  // null before the first validation
   return s;
 }
 

@@ -74,12 +74,17 @@ Json EncodeStatus(const lifecycle::Status& status, const ProgressDetail& detail)
                           {"exitCode", std::clamp<int64_t>(f.exit_code, -255, 255)}};
   }
   if (status.progress) {
-    out["progress"] = {{"step", status.progress->step},
-                       {"attempt", status.progress->attempt},
-                       {"updatedAt", FormatTime(status.progress->updated_at)},
-                       {"totalSteps", detail.total_steps},
-                       {"loss", detail.loss},
-                       {"tokensPerSecond", detail.tokens_per_second}};
+    Json& progress = out["progress"];
+    progress = {{"step", status.progress->step},
+                {"updatedAt", FormatTime(status.progress->updated_at)},
+                {"totalSteps", detail.total_steps},
+                {"loss", detail.loss},
+                {"tokensPerSecond", detail.tokens_per_second}};
+    // -1 (recovered after an older CRD pruned it) means unknown; the schema has no room for it.
+    if (status.progress->attempt >= 0)
+      progress["attempt"] = status.progress->attempt;
+    if (detail.val_loss)
+      progress["valLoss"] = *detail.val_loss;
   }
   if (status.start_time)
     out["startTime"] = FormatTime(*status.start_time);
@@ -133,7 +138,9 @@ DecodedStatus DecodeStatus(const Json& in) {
           lifecycle::ProgressMark{ReadInt(*it, "attempt", -1), ReadInt(*it, "step"), *updated};
     }
     out.detail = {ReadInt(*it, "totalSteps"), ReadDouble(*it, "loss"),
-                  ReadDouble(*it, "tokensPerSecond")};
+                  ReadDouble(*it, "tokensPerSecond"), std::nullopt};
+    if (auto v = it->find("valLoss"); v != it->end() && v->is_number())
+      out.detail.val_loss = v->get<double>();
   }
   s.start_time = ReadTime(in, "startTime");
   s.completion_time = ReadTime(in, "completionTime");

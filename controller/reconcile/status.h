@@ -17,9 +17,18 @@ using Json = nlohmann::json;
 // The figures of status.progress beyond the step the lifecycle tracks: what rank 0's
 // /progress reported last.
 struct ProgressDetail {
+  ProgressDetail() = default;
+  ProgressDetail(int64_t total_steps_, double loss_, double tokens_per_second_,
+                 std::optional<double> val_loss_ = std::nullopt)
+      : total_steps(total_steps_),
+        loss(loss_),
+        tokens_per_second(tokens_per_second_),
+        val_loss(val_loss_) {}
+
   int64_t total_steps = 0;
   double loss = 0;
   double tokens_per_second = 0;
+  std::optional<double> val_loss;  // absent before the trainer's first validation
   bool operator==(const ProgressDetail&) const = default;
 };
 
@@ -27,7 +36,8 @@ struct ProgressDetail {
 // lastTransitionTime, observedGeneration), workers, restarts, attempt, attemptStartTime,
 // lastFailure (exitCode clamped to the schema's -255..255), progress (step, updatedAt and
 // attempt from the lifecycle, the rest from `detail`), startTime, completionTime,
-// observedGeneration. Unset optional fields are left out. Deterministic.
+// observedGeneration. Unset optional fields are left out, and so is an unknown (negative)
+// progress attempt. Every field is declared by the CRD (api/schema.cpp). Deterministic.
 Json EncodeStatus(const lifecycle::Status& status, const ProgressDetail& detail);
 
 struct DecodedStatus {
