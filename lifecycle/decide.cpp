@@ -98,13 +98,17 @@ class Decider {
 
   // --- Rules, in the order Run() applies them. ---------------------------------------------
 
-  // The first decision about a job records that it was accepted.
+  // The first decision about a job records that it was accepted. A Created condition that is
+  // False (creation was blocked) stays so until RefreshConditions finds it unblocked.
   void AcceptJob() {
-    if (FindCondition(previous_, ConditionType::kCreated) == nullptr) {
+    const Condition* created = FindCondition(previous_, ConditionType::kCreated);
+    if (created == nullptr) {
       Event(EventType::kNormal, reason::kJobCreated,
             "accepted a job of " + std::to_string(policy_.workers) + " workers");
     }
-    SetCondition(ConditionType::kCreated, true, reason::kJobCreated, "job accepted");
+    if (created == nullptr || created->status == ConditionStatus::kTrue) {
+      SetCondition(ConditionType::kCreated, true, reason::kJobCreated, "job accepted");
+    }
   }
 
   // Worker 0's step arms the progress deadline; the clock restarts whenever the step changes.
@@ -323,6 +327,10 @@ class Decider {
       if (leftovers) {
         return;  // Pending or Restarting until they are gone
       }
+      if (observed_.creation_blocked) {
+        Block(*observed_.creation_blocked);
+        return;  // Pending or Restarting until unblocked
+      }
       StartAttempt();
     }
     if (status().phase == Phase::kStarting && IndicesNotStarted().empty()) {
@@ -341,6 +349,18 @@ class Decider {
             "created " + std::to_string(missing.size()) + " workers for attempt " +
                 std::to_string(status().attempt));
     }
+  }
+
+  // The attempt cannot be created now: say why (Created False), with a warning the first
+  // time this reason blocks it.
+  void Block(const Observation::Blocker& blocker) {
+    blocked_ = true;
+    const Condition* before = FindCondition(previous_, ConditionType::kCreated);
+    if (before == nullptr || before->status != ConditionStatus::kFalse ||
+        before->reason != blocker.reason) {
+      Event(EventType::kWarning, blocker.reason, blocker.message);
+    }
+    SetCondition(ConditionType::kCreated, false, blocker.reason, blocker.message);
   }
 
   void BecomeRunning() {
@@ -418,6 +438,10 @@ class Decider {
     const Phase phase = status().phase;
     const std::string attempt = std::to_string(status().attempt);
     const std::string phase_name(ToString(phase));
+
+    if (!blocked_) {
+      SetCondition(ConditionType::kCreated, true, reason::kJobCreated, "job accepted");
+    }
 
     const bool running = phase == Phase::kRunning;
     SetCondition(
@@ -635,6 +659,7 @@ class Decider {
   const TimePoint now_;
   Decision decision_;
   bool restarted_ = false;  // a gang restart was decided in this call
+  bool blocked_ = false;    // creating the attempt was blocked in this call
 };
 
 }  // namespace

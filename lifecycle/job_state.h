@@ -73,6 +73,16 @@ struct Observation {
     int64_t step = 0;
   };
   std::optional<ProgressReport> progress{};
+  // Something the workers need is missing, so an attempt cannot be created now (the
+  // controller sets this when the gang scheduler's PodGroup CRD is absent). While it is set no
+  // attempt starts: the job waits in Pending (or Restarting) with condition Created False and
+  // this reason and message, and goes on once it is cleared. Workers already created are not
+  // affected.
+  struct Blocker {
+    std::string reason;  // CamelCase, e.g. reason::kPodGroupUnavailable
+    std::string message;
+  };
+  std::optional<Blocker> creation_blocked{};
 };
 
 enum class Phase { kPending, kStarting, kRunning, kRestarting, kSucceeded, kFailed, kSuspended };

@@ -26,4 +26,7 @@ inline constexpr char kSucceeded[] = "Succeeded";
 inline constexpr char kSuspended[] = "Suspended";
 inline constexpr char kResumed[] = "Resumed";
 
+// Why an attempt cannot be created yet (Created False; Observation::creation_blocked).
+inline constexpr char kPodGroupUnavailable[] = "PodGroupUnavailable";
+
 }  // namespace tessera::lifecycle::reason

@@ -209,6 +209,11 @@ Result<Json> RestClient::Get(const ResourceRef& ref) {
   return Do("get", "GET", ref.Path(), nullptr);
 }
 
+Result<Json> RestClient::Discover(const std::string& group, const std::string& version) {
+  return Do("get", "GET", group.empty() ? "/api/" + version : "/apis/" + group + "/" + version,
+            nullptr);
+}
+
 Result<Json> RestClient::List(const ResourceRef& ref, const ListOptions& options) {
   std::string path = ref.Named("").Path();
   AddQuery(path, "labelSelector", options.label_selector);

@@ -116,6 +116,9 @@ class RestClient {
   RestClient(HttpTransport& transport, const ClientConfig& config, RestOptions options = {});
 
   Result<Json> Get(const ResourceRef& ref);
+  // The discovery document of group/version (/apis/<group>/<version>, /api/v1 for the core
+  // group ""): an APIResourceList. 404 when the server does not serve that group/version.
+  Result<Json> Discover(const std::string& group, const std::string& version);
   // Returns the List object ({"metadata": {"resourceVersion"...}, "items": [...]}).
   Result<Json> List(const ResourceRef& ref, const ListOptions& options = {});
   // Creates `object` in ref's namespace (ref.name is ignored).

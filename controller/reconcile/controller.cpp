@@ -11,6 +11,7 @@
 #include "controller/reconcile/observe.h"
 #include "controller/reconcile/rfc3339.h"
 #include "lifecycle/decide.h"
+#include "lifecycle/reasons.h"
 
 namespace tessera::reconcile {
 namespace {
@@ -85,7 +86,8 @@ Controller::Controller(k8s::RestClient& client, EventSink& events, ControllerMet
       poller_(poller),
       options_(std::move(options)),
       queue_(options_.queue),
-      expectations_(options_.expectation_ttl) {
+      expectations_(options_.expectation_ttl),
+      discovery_(client_, {.ttl = options_.discovery_ttl}) {
   auto informer_options = [this](const std::string& resource, std::string selector) {
     k8s::InformerOptions o;
     o.label_selector = std::move(selector);
@@ -281,6 +283,28 @@ std::optional<std::string> Controller::EnsureCreated(const k8s::ResourceRef& ref
          created.error().ToString();
 }
 
+k8s::Result<std::optional<lifecycle::Observation::Blocker>> Controller::CreationBlocker(
+    const JobView& view, const lifecycle::Decision& decision) {
+  const std::optional<PodGroupApi> pg = view.invalid ? std::nullopt : PodGroupApiOf(view.job);
+  const bool creates =
+      std::any_of(decision.actions.begin(), decision.actions.end(), [](const lifecycle::Action& a) {
+        return std::holds_alternative<lifecycle::CreateWorkers>(a);
+      });
+  if (!pg || !creates)
+    return std::optional<lifecycle::Observation::Blocker>();
+  auto served = discovery_.Serves(pg->group, pg->version, pg->resource);
+  if (!served.ok())
+    return served.error();
+  if (*served)
+    return std::optional<lifecycle::Observation::Blocker>();
+  return std::optional<lifecycle::Observation::Blocker>(lifecycle::Observation::Blocker{
+      lifecycle::reason::kPodGroupUnavailable,
+      "spec.scheduling.schedulerName is " + pg->scheduler + ", but the API server serves no " +
+          pg->resource + "." + pg->group + "/" + pg->version +
+          ": install that scheduler (its PodGroup CRD) or change schedulerName; the workers "
+          "are created once it is served"});
+}
+
 std::optional<std::string> Controller::CreatePods(const std::string& key, const Json& job,
                                                   const std::vector<Json>& pods) {
   const std::string ns = MetaString(job, "namespace");
@@ -405,8 +429,21 @@ ReconcileOutcome Controller::Reconcile(const std::string& key) {
     }
   }
 
-  const lifecycle::Decision decision =
-      lifecycle::Decide(PolicyOf(view), previous, observation, now);
+  const lifecycle::Policy policy = PolicyOf(view);
+  lifecycle::Decision decision = lifecycle::Decide(policy, previous, observation, now);
+  // A gang scheduler's PodGroup CRD is looked up only when an attempt is about to start; when
+  // it is missing, decide again knowing that the attempt cannot be created.
+  auto blocker = CreationBlocker(view, decision);
+  if (!blocker.ok()) {
+    out.result = ReconcileOutcome::Result::kError;
+    out.error = "discovery: " + blocker.error().ToString();
+    return out;
+  }
+  if (*blocker) {
+    observation.creation_blocked = **blocker;
+    decision = lifecycle::Decide(policy, previous, observation, now);
+    out.requeue_after = CeilMs(options_.discovery_ttl);
+  }
   const lifecycle::Status& status = decision.status;
 
   std::vector<lifecycle::RecordEvent> events;
@@ -440,9 +477,16 @@ ReconcileOutcome Controller::Reconcile(const std::string& key) {
         }
       }
     } else if (const auto* create = std::get_if<lifecycle::CreateWorkers>(&action)) {
-      // The Service and Secret go first, once per attempt: creating them is cheap and an
-      // existing one counts, so the controller needs neither to read nor watch Secrets.
-      err = EnsureCreated(k8s::Services(ns), DesiredService(view.job));
+      // The PodGroup, Service and Secret go first, once per attempt: creating them is cheap
+      // and an existing one counts, so the controller needs neither to read nor watch them.
+      if (const std::optional<PodGroupApi> pg = PodGroupApiOf(view.job)) {
+        err = EnsureCreated({pg->group, pg->version, pg->resource, ns, ""},
+                            DesiredPodGroup(view.job));
+        if (err)
+          discovery_.Invalidate(pg->group, pg->version);  // the CRD may have gone meanwhile
+      }
+      if (!err)
+        err = EnsureCreated(k8s::Services(ns), DesiredService(view.job));
       if (!err) {
         err = EnsureCreated(k8s::Secrets(ns), DesiredSecret(view.job, NewRendezvousToken()));
       }

@@ -18,14 +18,17 @@
 #include <thread>
 #include <vector>
 
+#include "controller/k8s/discovery.h"
 #include "controller/k8s/informer.h"
 #include "controller/k8s/rest.h"
 #include "controller/k8s/workqueue.h"
 #include "controller/reconcile/events.h"
 #include "controller/reconcile/expectations.h"
+#include "controller/reconcile/job_view.h"
 #include "controller/reconcile/metrics.h"
 #include "controller/reconcile/progress.h"
 #include "controller/reconcile/status.h"
+#include "lifecycle/decide.h"
 
 namespace tessera::reconcile {
 
@@ -39,6 +42,9 @@ struct ControllerOptions {
   int64_t watch_timeout_seconds = 300;
   k8s::WorkQueueRateLimiter::Options queue;  // per-key back-off after errors
   int max_parallel_creates = 16;             // pod creates of one attempt in flight at once
+  // How long whether a gang scheduler's PodGroup CRD is served is remembered; a job waiting
+  // for it is looked at again this often.
+  std::chrono::steady_clock::duration discovery_ttl = std::chrono::seconds(10);
 };
 
 // What one reconcile did, for the worker loop and tests.
@@ -95,6 +101,11 @@ class Controller {
   // Creates `object`; one that exists already counts as created.
   std::optional<std::string> EnsureCreated(const k8s::ResourceRef& ref,
                                            const nlohmann::json& object);
+  // Whether the attempt `decision` would start can be created: nullopt when it can (or starts
+  // none), else why not (the job's PodGroup CRD is not served). An error when discovery
+  // failed.
+  k8s::Result<std::optional<lifecycle::Observation::Blocker>> CreationBlocker(
+      const JobView& view, const lifecycle::Decision& decision);
   std::optional<std::string> CreatePods(const std::string& key, const nlohmann::json& job,
                                         const std::vector<nlohmann::json>& pods);
   void UpdatePhaseCounts(const std::string& key, const std::string& phase);
@@ -110,6 +121,7 @@ class Controller {
   std::unique_ptr<k8s::Informer> nodes_;
   k8s::WorkQueue queue_;
   Expectations expectations_;
+  k8s::Discovery discovery_;
 
   std::mutex mu_;  // guards written_ and phases_
   std::map<std::string, Written> written_;

@@ -12,6 +12,12 @@ namespace tessera::reconcile {
 namespace {
 
 constexpr char kGpuResource[] = "nvidia.com/gpu";
+constexpr char kVolcano[] = "volcano";
+constexpr char kSchedulerPlugins[] = "scheduler-plugins";
+// How a pod names its PodGroup: Volcano reads this annotation, scheduler-plugins' coscheduling
+// plugin this label.
+constexpr char kVolcanoGroupAnnotation[] = "scheduling.k8s.io/group-name";
+constexpr char kSchedulerPluginsGroupLabel[] = "scheduling.x-k8s.io/pod-group";
 
 Json ObjectMeta(const api::TrainingJob& job, const std::string& name) {
   return Json{{"name", name},
@@ -114,6 +120,37 @@ Json JobObjectLabels(const std::string& job_name) {
               {"app.kubernetes.io/managed-by", "tessera-controller"}};
 }
 
+std::optional<PodGroupApi> PodGroupApiOf(const api::TrainingJob& job) {
+  const std::string& name = job.spec.scheduling.scheduler_name;
+  if (name == kVolcano)
+    return PodGroupApi{kVolcano, "scheduling.volcano.sh", "v1beta1", "podgroups", kVolcano};
+  if (name == kSchedulerPlugins) {
+    return PodGroupApi{kSchedulerPlugins, "scheduling.x-k8s.io", "v1alpha1", "podgroups",
+                       "scheduler-plugins-scheduler"};
+  }
+  return std::nullopt;
+}
+
+Json DesiredPodGroup(const api::TrainingJob& job) {
+  const std::optional<PodGroupApi> pg = PodGroupApiOf(job);
+  if (!pg)
+    std::abort();  // a caller's bug: no gang scheduler, no PodGroup
+  const api::SchedulingSpec& scheduling = job.spec.scheduling;
+  Json spec{{"minMember", scheduling.gang ? job.spec.workers : int64_t{1}}};
+  if (pg->scheduler == kVolcano) {
+    if (!scheduling.queue.empty())
+      spec["queue"] = scheduling.queue;
+    if (!scheduling.priority_class_name.empty())
+      spec["priorityClassName"] = scheduling.priority_class_name;
+  } else {
+    spec["scheduleTimeoutSeconds"] = scheduling.startup_timeout_seconds;
+  }
+  return Json{{"apiVersion", pg->group + "/" + pg->version},
+              {"kind", "PodGroup"},
+              {"metadata", ObjectMeta(job, api::PodGroupName(job.metadata.name))},
+              {"spec", spec}};
+}
+
 Json DesiredService(const api::TrainingJob& job) {
   Json selector = Json::object();
   for (const auto& [key, value] : api::JobSelector(job.metadata.name))
@@ -168,6 +205,11 @@ Json DesiredPod(const api::TrainingJob& job, int64_t index, int64_t attempt) {
     labels[key] = value;
   Json annotations = Json::object();
   CopyStringMap(tmpl_meta.value("annotations", Json::object()), annotations);
+  const std::optional<PodGroupApi> pg = PodGroupApiOf(job);
+  if (pg && pg->scheduler == kVolcano)
+    annotations[kVolcanoGroupAnnotation] = api::PodGroupName(job_name);
+  else if (pg)
+    labels[kSchedulerPluginsGroupLabel] = api::PodGroupName(job_name);
 
   const std::string pod_name = api::WorkerPodName(job_name, index);
   Json meta{{"name", pod_name},
@@ -183,8 +225,14 @@ Json DesiredPod(const api::TrainingJob& job, int64_t index, int64_t attempt) {
   spec["hostname"] = pod_name;
   spec["subdomain"] = api::ServiceName(job_name);
   spec["restartPolicy"] = "Never";
-  if (!job.spec.scheduling.scheduler_name.empty())
+  if (pg) {
+    const bool own = spec.contains("schedulerName") && spec["schedulerName"].is_string() &&
+                     !spec["schedulerName"].get_ref<const std::string&>().empty();
+    if (pg->scheduler == kVolcano || !own)
+      spec["schedulerName"] = pg->default_scheduler_name;
+  } else if (!job.spec.scheduling.scheduler_name.empty()) {
     spec["schedulerName"] = job.spec.scheduling.scheduler_name;
+  }
   if (!job.spec.scheduling.priority_class_name.empty())
     spec["priorityClassName"] = job.spec.scheduling.priority_class_name;
 

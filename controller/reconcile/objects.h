@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "api/job.h"
@@ -24,6 +25,28 @@ Json OwnerReferenceTo(const api::TrainingJob& job);
 // The labels of the job's Service and Secret: tessera.dev/job-name and app.kubernetes.io/*.
 Json JobObjectLabels(const std::string& job_name);
 
+// The PodGroup API of a gang scheduler (DESIGN.md §3): the CRD the scheduler reads, and what
+// the pods carry to name their group.
+struct PodGroupApi {
+  std::string scheduler;  // spec.scheduling.schedulerName: "volcano" or "scheduler-plugins"
+  std::string group;      // scheduling.volcano.sh | scheduling.x-k8s.io
+  std::string version;    // v1beta1 | v1alpha1
+  std::string resource;   // "podgroups"
+  // The pods' schedulerName unless the template sets one: "volcano" |
+  // "scheduler-plugins-scheduler" (the name scheduler-plugins' second-scheduler chart uses).
+  std::string default_scheduler_name;
+};
+
+// The PodGroup API for the job's spec.scheduling.schedulerName; nullopt for any other
+// scheduler (no PodGroup).
+std::optional<PodGroupApi> PodGroupApiOf(const api::TrainingJob& job);
+
+// The PodGroup `J` (PodGroupApiOf(job) must be set), owned by the job, labelled like the
+// Service: spec.minMember = workers (1 when scheduling.gang is false); for Volcano also
+// spec.queue and spec.priorityClassName when set; for scheduler-plugins
+// spec.scheduleTimeoutSeconds = scheduling.startupTimeoutSeconds.
+Json DesiredPodGroup(const api::TrainingJob& job);
+
 // The headless Service `J` (clusterIP None, publishNotReadyAddresses) that gives every worker
 // the DNS name J-worker-<i>.J.N.svc before it is ready; ports: rendezvous and metrics.
 Json DesiredService(const api::TrainingJob& job);
@@ -41,6 +64,10 @@ std::string NewRendezvousToken();
 //    contract's labels (api::WorkerPodLabels) on top; owner = the job;
 //  - spec: the template's spec with hostname J-worker-<i>, subdomain J, restartPolicy Never,
 //    scheduling.schedulerName and priorityClassName when set;
+//  - with a gang scheduler (PodGroupApiOf): its schedulerName (the template's, when it sets
+//    one, for scheduler-plugins; always "volcano" for Volcano) and the PodGroup's name, as the
+//    annotation scheduling.k8s.io/group-name (Volcano) or the label
+//    scheduling.x-k8s.io/pod-group (scheduler-plugins);
 //  - the container named `worker` (created with DefaultWorkerImage() when the template has no
 //    containers; the first container when none is so named) gets the contract environment
 //    (api::WorkerEnvironment) after its own variables, replacing any of the same name, with
