@@ -42,7 +42,15 @@ expect_eq "system:serviceaccount:$TEST_NAMESPACE:$sa" "$(as_sa auth whoami -o js
 can() { local want=$1; shift; local got; got=$(as_sa auth can-i "$@" 2>/dev/null || true); expect_eq "$want" "$got" "can-i $*"; }
 # Granted: every rule of manifests/rbac/ (the ClusterRole anywhere, the Role in the release
 # namespace), one `can-i` per group, resource and verb.
+# Rules for API groups this server does not serve (the optional PodGroup CRDs) cannot be asked
+# about by name: kubectl cannot resolve the resource and answers no.
+served=$(kubectl api-versions)
 while read -r verb resource sub scope; do
+  group=${resource#*.}
+  if [[ $resource == *.* ]] && ! grep -q "^$group/" <<<"$served"; then
+    echo "skip: can-i $verb $resource (API group $group not served here)"
+    continue
+  fi
   args=("$verb" "$resource")
   [ "$sub" = - ] || args+=("--subresource=$sub")
   case $scope in all) args+=(--all-namespaces) ;; release) args+=(-n "$TEST_NAMESPACE") ;; esac
