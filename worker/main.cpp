@@ -22,6 +22,7 @@
 #include "api/validate.h"
 #include "api/version.h"
 #include "worker/agent.h"
+#include "worker/comm/device_mesh.h"
 #include "worker/comm/gloo_process_group.h"
 #include "worker/rendezvous/store_client.h"
 #include "worker/rendezvous/store_error.h"
@@ -121,12 +122,6 @@ struct World {
 Status JoinWorld(const tessera::train::RankContext& rank, World* world) {
   namespace rdzv = tessera::rendezvous;
   namespace comm = tessera::comm;
-  if (rank.mesh.find("pipeline=1") == std::string::npos ||
-      rank.mesh.find("tensor=1") == std::string::npos) {
-    return BadConfig("TESSERA_MESH=" + rank.mesh +
-                     ": the built-in trainer runs data parallelism only in this build; use "
-                     "spec.parallelism.pipeline=1 and tensor=1");
-  }
   try {
     const comm::GlooOptions gloo = comm::GlooOptions::FromEnv();
     const rdzv::StoreClientOptions client = rdzv::StoreClientOptions::FromEnv();
@@ -140,7 +135,7 @@ Status JoinWorld(const tessera::train::RankContext& rank, World* world) {
     }
     const rdzv::StoreClient store(client);
     world->group = comm::CreateGlooProcessGroup(store, rank.rank, rank.world_size, gloo);
-    spdlog::info("joined the data-parallel group: rank {} of {} ({})", rank.rank, rank.world_size,
+    spdlog::info("joined the world group: rank {} of {} ({})", rank.rank, rank.world_size,
                  world->group->backend());
   } catch (const comm::CommConfigError& e) {
     return BadConfig(e.what());
@@ -171,20 +166,28 @@ int RunRank(const std::string& config_path, const std::vector<std::string>& over
   rank.kernel_threads = threads;
   // Checked before joining, so a bad file fails at once on every rank instead of as a lost
   // peer on the others.
-  if (Status st = tessera::train::ValidateTrainerConfig(config, rank.world_size); !st.ok())
+  std::string mesh_error;
+  const std::optional<tessera::comm::MeshShape> mesh =
+      tessera::comm::MeshShape::Parse(rank.mesh, &mesh_error);
+  if (!mesh)
+    return Fail(BadConfig("TESSERA_MESH=" + rank.mesh + ": " + mesh_error));
+  if (Status st = tessera::train::ValidateTrainerConfig(config, rank.world_size, mesh->pipeline,
+                                                        mesh->tensor);
+      !st.ok()) {
     return Fail(st);
+  }
 
   World world;
   if (rank.world_size > 1) {
     if (Status st = JoinWorld(rank, &world); !st.ok())
       return Fail(st);
-    rank.data_group = world.group;
+    rank.world_group = world.group;
   }
   std::unique_ptr<tessera::train::Trainer> trainer;
   const Status created = tessera::train::Trainer::Create(config, rank, &trainer);
   // From here the trainer (destroyed before `world`) holds the only reference to the group, so
   // rank 0's store sees this rank's own connections close too.
-  rank.data_group.reset();
+  rank.world_group.reset();
   if (!created.ok())
     return Fail(created);
   g_trainer = trainer.get();

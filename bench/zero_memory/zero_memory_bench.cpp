@@ -103,10 +103,10 @@ int RunRank(int rank, int listen_fd, int port, const Options& o, int zero_stage)
                          .world_size = o.ranks,
                          .mesh = "data=" + std::to_string(o.ranks) + ",pipeline=1,tensor=1",
                          .kernel_threads = 1,
-                         .data_group = group};
+                         .world_group = group};
   std::unique_ptr<train::Trainer> trainer;
   train::Status st = train::Trainer::Create(c, ctx, &trainer);
-  ctx.data_group.reset();
+  ctx.world_group.reset();
   if (!st.ok()) {
     std::fprintf(stderr, "rank %d: %s\n", rank, st.message().c_str());
     return st.exit_code();

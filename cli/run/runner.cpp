@@ -847,13 +847,6 @@ int RunJob(const RunOptions& options) {
                        "one of them");
     }
     const int64_t world = api::WorldSize(job.spec);
-    if (job.spec.parallelism.pipeline > 1 || job.spec.parallelism.tensor > 1) {
-      return BadConfig(fmt::format(
-          "{}: spec.parallelism.pipeline = {}, tensor = {}: the built-in trainer runs data "
-          "parallelism only in this build; set both to 1 (--set spec.parallelism.pipeline=1 --set "
-          "spec.parallelism.tensor=1) or bring your own command",
-          options.file, job.spec.parallelism.pipeline, job.spec.parallelism.tensor));
-    }
     train::TrainerConfig config;
     if (train::Status st = train::TrainerConfigFromJob(job, &config); !st.ok())
       return BadConfig(options.file + ": " + st.message());
@@ -870,7 +863,10 @@ int RunJob(const RunOptions& options) {
     if (job.spec.trainer->checkpoint)
       config.checkpoint.dir = (run_dir / "checkpoints").string();
     config.metrics.port = 0;
-    if (train::Status st = train::ValidateTrainerConfig(config, static_cast<int>(world)); !st.ok())
+    if (train::Status st = train::ValidateTrainerConfig(
+            config, static_cast<int>(world), static_cast<int>(job.spec.parallelism.pipeline),
+            static_cast<int>(job.spec.parallelism.tensor));
+        !st.ok())
       return BadConfig(options.file + ": " + st.message());
     trainer = config;
     worker_binary = options.worker_binary.empty() ? DefaultWorkerBinary() : options.worker_binary;

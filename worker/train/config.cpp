@@ -161,7 +161,8 @@ std::map<std::string, FieldReader> TrainerFields(TrainerConfig* c) {
       {"metrics", Section({{"port", Int(&c->metrics.port)},
                            {"peakFlopsPerSecond", Double(&c->metrics.peak_flops_per_second)}})},
       {"parallelism", Section({{"zeroStage", Int(&c->parallel.zero_stage)},
-                               {"bucketMiB", Double(&c->parallel.bucket_mib)}})},
+                               {"bucketMiB", Double(&c->parallel.bucket_mib)},
+                               {"schedule", String(&c->parallel.schedule)}})},
       {"logEvery", Int(&c->log_every)},
   };
 }
@@ -194,6 +195,13 @@ Status ReadTrainingJob(const YAML::Node& root, TrainerConfig* c) {
   if (const YAML::Node zero = spec["parallelism"]["zeroStage"]; zero) {
     if (Status st =
             ReadScalar(zero, "spec.parallelism.zeroStage", "an integer", &c->parallel.zero_stage);
+        !st.ok()) {
+      return st;
+    }
+  }
+  if (const YAML::Node schedule = spec["parallelism"]["schedule"]; schedule) {
+    if (Status st =
+            ReadScalar(schedule, "spec.parallelism.schedule", "a string", &c->parallel.schedule);
         !st.ok()) {
       return st;
     }
@@ -281,7 +289,7 @@ Status ApplyTrainerConfigOverride(const std::string& assignment, TrainerConfig* 
   return ParseTrainerConfigYaml(emitter.c_str(), "--set " + key, out);
 }
 
-Status ValidateTrainerConfig(const TrainerConfig& c, int world_size) {
+Status ValidateTrainerConfig(const TrainerConfig& c, int world_size, int pipeline, int tensor) {
   const auto positive = [](const char* field, int64_t v) -> Status {
     if (v <= 0)
       return BadConfig(fmt::format("{}: must be positive, got {}", field, v));
@@ -327,11 +335,30 @@ Status ValidateTrainerConfig(const TrainerConfig& c, int world_size) {
   }
   if (world_size < 1)
     return BadConfig(fmt::format("WORLD_SIZE: {} is not positive", world_size));
-  const int64_t per_step = static_cast<int64_t>(world_size) * c.batch.micro_batches;
-  if (c.batch.global % per_step != 0) {
+  if (pipeline < 1 || tensor < 1 || world_size % (pipeline * tensor) != 0) {
     return BadConfig(
-        fmt::format("batch.global: {} is not divisible by ranks ({}) x microBatches ({})",
-                    c.batch.global, world_size, c.batch.micro_batches));
+        fmt::format("TESSERA_MESH: pipeline {} x tensor {} does not divide WORLD_SIZE {}", pipeline,
+                    tensor, world_size));
+  }
+  const int data = world_size / (pipeline * tensor);
+  const int64_t per_step = static_cast<int64_t>(data) * c.batch.micro_batches;
+  if (c.batch.global % per_step != 0) {
+    return BadConfig(fmt::format(
+        "batch.global: {} is not divisible by data-parallel ranks ({}) x microBatches ({})",
+        c.batch.global, data, c.batch.micro_batches));
+  }
+  if (pipeline > c.model.layers) {
+    return BadConfig(
+        fmt::format("parallelism.pipeline: {} stages for model.layers {}; each stage needs a block",
+                    pipeline, c.model.layers));
+  }
+  if (c.model.heads > 0 && c.model.heads % tensor != 0) {
+    return BadConfig(fmt::format("parallelism.tensor: {} does not divide model.heads {}", tensor,
+                                 c.model.heads));
+  }
+  if (c.parallel.schedule != "GPipe" && c.parallel.schedule != "1F1B") {
+    return BadConfig(
+        fmt::format("parallelism.schedule: '{}' is not GPipe or 1F1B", c.parallel.schedule));
   }
   if (!(c.optimizer.lr > 0.0) || !std::isfinite(c.optimizer.lr)) {
     return BadConfig(fmt::format("optimizer.lr: must be positive, got {}", c.optimizer.lr));

@@ -52,10 +52,13 @@ struct MetricsConfig {
   double peak_flops_per_second = 0;  // for tessera_train_mfu_ratio; 0 = not reported
 };
 
-// How data-parallel ranks share the work (DESIGN.md §6). One-rank jobs ignore it.
+// How ranks share the work (DESIGN.md §6). One-rank jobs ignore it. The mesh itself
+// (data x pipeline x tensor) comes from TESSERA_MESH, set by the controller or `tessera run`
+// from spec.parallelism.
 struct ParallelConfig {
   int zero_stage = 0;      // 0: every rank keeps the whole AdamW state; 1: sharded (ZeRO-1)
   double bucket_mib = 25;  // gradient all-reduce bucket size in MiB (as PyTorch DDP's default)
+  std::string schedule = "1F1B";  // pipeline schedule over the micro-batches: GPipe | 1F1B
 };
 
 struct TrainerConfig {
@@ -88,10 +91,12 @@ Status LoadTrainerConfigFile(const std::string& path, TrainerConfig* out);
 // Applies one `key=value` override, key a dotted camelCase path ("schedule.steps=10").
 Status ApplyTrainerConfigOverride(const std::string& assignment, TrainerConfig* out);
 
-// Checks value ranges and relations for `world_size` data-parallel ranks (batch divisibility,
-// heads divide dModel, vocab >= 256 for the byte tokenizer, ...). The first problem found is
-// returned as kBadConfig naming the field.
-Status ValidateTrainerConfig(const TrainerConfig& config, int world_size);
+// Checks value ranges and relations for `world_size` ranks arranged as data x `pipeline` x
+// `tensor` (batch divisibility by the data-parallel ranks, heads divide dModel and the tensor
+// ranks, at least one block per stage, vocab >= 256 for the byte tokenizer, ...). The first
+// problem found is returned as kBadConfig naming the field.
+Status ValidateTrainerConfig(const TrainerConfig& config, int world_size, int pipeline = 1,
+                             int tensor = 1);
 
 // The fields that determine the training trajectory, as canonical JSON text (sorted keys):
 // model, tokenizer, validation fraction, global batch, optimizer, schedule (not eval), seed.

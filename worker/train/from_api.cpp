@@ -70,6 +70,7 @@ Status TrainerConfigFromJob(const api::TrainingJob& job, TrainerConfig* out) {
     return st;
   }
   c.parallel.bucket_mib = job.spec.parallelism.bucket_mib;
+  c.parallel.schedule = job.spec.parallelism.schedule;
 
   c.optimizer.lr = t.optimizer.lr;
   c.optimizer.weight_decay = t.optimizer.weight_decay;
@@ -156,7 +157,10 @@ std::string TrainerConfigYaml(const TrainerConfig& c) {
         {"keep", c.checkpoint.keep}}},
       {"metrics",
        {{"port", c.metrics.port}, {"peakFlopsPerSecond", c.metrics.peak_flops_per_second}}},
-      {"parallelism", {{"zeroStage", c.parallel.zero_stage}, {"bucketMiB", c.parallel.bucket_mib}}},
+      {"parallelism",
+       {{"zeroStage", c.parallel.zero_stage},
+        {"bucketMiB", c.parallel.bucket_mib},
+        {"schedule", c.parallel.schedule}}},
       {"logEvery", c.log_every},
   };
   return j.dump(2) + "\n";

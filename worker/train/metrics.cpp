@@ -41,6 +41,9 @@ TrainMetrics::TrainMetrics(int64_t total_steps)
     : registry_(std::make_shared<prometheus::Registry>()), total_steps_(total_steps) {
   auto& r = *registry_;
   step_ = NewGauge(r, "tessera_train_step", "Optimizer steps completed.");
+  pipeline_bubble_ = NewGauge(r, "tessera_pipeline_bubble_ratio",
+                              "Fraction of the last step's forward and backward this pipeline "
+                              "stage waited for its neighbours (0 without pipelining).");
   loss_ = NewGauge(r, "tessera_train_loss", "Training loss (mean cross-entropy) of the last step.");
   val_loss_ = NewGauge(r, "tessera_train_validation_loss",
                        "Mean cross-entropy on the validation split at the last evaluation.");
@@ -127,6 +130,10 @@ void TrainMetrics::RecordCheckpoint(double seconds) {
 
 void TrainMetrics::SetMemoryBytes(const std::string& kind, double bytes) {
   memory_->Add({{"kind", kind}}).Set(bytes);
+}
+
+void TrainMetrics::SetPipelineBubble(double ratio) {
+  pipeline_bubble_->Set(ratio);
 }
 
 void TrainMetrics::RecordComm(const std::string& op, const std::string& dim, double seconds,

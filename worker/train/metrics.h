@@ -52,6 +52,9 @@ class TrainMetrics {
   // time the step waited for the operation (what overlap did not hide), `bytes` what this
   // rank contributed. op: all_reduce, reduce_scatter, all_gather; dim: data, pipeline, tensor.
   void RecordComm(const std::string& op, const std::string& dim, double seconds, double bytes);
+  // tessera_pipeline_bubble_ratio: the fraction of the last step's forward and backward this
+  // pipeline stage spent waiting for its neighbours (0 without pipeline parallelism).
+  void SetPipelineBubble(double ratio);
 
   // Prometheus text exposition format (version 0.0.4) of every metric.
   std::string MetricsText() const;
@@ -73,6 +76,7 @@ class TrainMetrics {
   prometheus::Family<prometheus::Gauge>* memory_;
   prometheus::Family<prometheus::Counter>* comm_seconds_;
   prometheus::Family<prometheus::Counter>* comm_bytes_;
+  prometheus::Gauge* pipeline_bubble_;
 
   mutable std::mutex mu_;  // guards the progress fields below
   int64_t total_steps_;

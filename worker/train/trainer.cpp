@@ -9,9 +9,13 @@
 #include <cmath>
 #include <fstream>
 
+#include "worker/comm/device_mesh.h"
 #include "worker/model/gpt.h"
 #include "worker/parallel/data/bucket_reducer.h"
 #include "worker/parallel/data/zero.h"
+#include "worker/parallel/pipeline/partition.h"
+#include "worker/parallel/pipeline/runner.h"
+#include "worker/parallel/tensor/tensor_parallel.h"
 #include "worker/train/adamw.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/data_loader.h"
@@ -48,24 +52,47 @@ struct ShardRecord {
 };
 static_assert(sizeof(ShardRecord) == 80);
 
+// Sum of squares of the gradients that count toward the global norm (mask 1): each distinct
+// value once over the whole mesh.
+double CountedSumOfSquares(std::span<const float> grads, std::span<const uint8_t> counted) {
+  double sum = 0;
+  for (size_t i = 0; i < grads.size(); i++) {
+    if (counted[i])
+      sum += static_cast<double>(grads[i]) * grads[i];
+  }
+  return sum;
+}
+
 }  // namespace
 
 struct Trainer::Impl {
   TrainerConfig config;
   RankContext rank;
+  comm::MeshShape shape;    // data x pipeline x tensor
+  comm::MeshCoords coords;  // this rank's place in it
   TokenDataset dataset;
   std::unique_ptr<DataLoader> loader;
-  std::unique_ptr<model::Gpt> model;
+  std::unique_ptr<model::Gpt> model;  // this rank's shard
   std::unique_ptr<AdamW> optimizer;
   std::vector<uint8_t> decay_mask;
+  // 1 where this rank's gradient counts toward the global norm: a value replicated over
+  // tensor ranks counts on tensor rank 0 only, the tied wte on the first stage only.
+  std::vector<uint8_t> norm_mask;
+  int64_t wte_size = 0;  // vocab x dModel: the tied embedding at the front of both ends' buffers
   LrSchedule schedule;
   std::unique_ptr<TrainMetrics> metrics;
   std::unique_ptr<MetricsServer> server;
   std::unique_ptr<CheckpointStore> store;
-  // Data parallelism; `group` is null in a one-rank job.
-  std::shared_ptr<comm::ProcessGroup> group;
-  std::unique_ptr<parallel::BucketReducer> reducer;  // zeroStage 0
-  std::unique_ptr<parallel::ZeroShards> zero;        // zeroStage 1
+  // Groups; each is null where its dimension has one rank.
+  std::shared_ptr<comm::ProcessGroup> world_group;
+  std::shared_ptr<comm::ProcessGroup> group;  // data-parallel
+  std::shared_ptr<comm::ProcessGroup> pipeline_group;
+  std::shared_ptr<comm::ProcessGroup> tensor_group;
+  std::shared_ptr<comm::ProcessGroup> tie_group;       // first and last stage: the tied wte
+  std::unique_ptr<parallel::BucketReducer> reducer;    // zeroStage 0
+  std::unique_ptr<parallel::ZeroShards> zero;          // zeroStage 1
+  std::unique_ptr<parallel::PipelineRunner> pipeline;  // pipeline > 1
+  parallel::TensorCommStats tensor_stats;
   parallel::BufferRange owned;  // the part of the parameters this rank's optimizer updates
   int64_t step = 0;             // optimizer steps completed
   int micro_batch = 0;          // sequences per micro-batch on this rank
@@ -83,9 +110,16 @@ struct Trainer::Impl {
   // Every rank's worst outcome (exit codes are ordered by nothing but 0 = fine): a rank that
   // failed keeps its own message, the others learn which code a peer failed with.
   Status Agree(const Status& mine, const std::string& what);
-  int world() const { return group ? group->size() : 1; }
-  // Collective helpers; no-ops in one-rank jobs.
+  int data_ranks() const { return shape.data; }
+  // This rank's losses are the ones reported: the last stage's, on tensor rank 0.
+  bool reports_loss() const { return model->shard().head && coords.tensor == 0; }
+  // The ranks whose files hold the parameters: one per (stage, tensor rank).
+  bool writes_parameters() const { return coords.data == 0; }
+  // Collective helpers over the whole world; no-ops in one-rank jobs.
   void SumOverRanks(std::span<double> values);
+  // Adds the two ends' gradients of the tied wte (pipeline > 1, first and last stage).
+  void SyncTiedEmbedding();
+  void RecordTensorComm();
 };
 
 Trainer::Trainer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -93,23 +127,54 @@ Trainer::~Trainer() = default;
 
 Status Trainer::Create(const TrainerConfig& config, const RankContext& rank,
                        std::unique_ptr<Trainer>* out) {
-  if (Status st = ValidateTrainerConfig(config, rank.world_size); !st.ok())
+  std::string mesh_error;
+  const std::optional<comm::MeshShape> parsed = comm::MeshShape::Parse(rank.mesh, &mesh_error);
+  if (!parsed)
+    return BadConfig(fmt::format("TESSERA_MESH={}: {}", rank.mesh, mesh_error));
+  if (Status st = ValidateTrainerConfig(config, rank.world_size, parsed->pipeline, parsed->tensor);
+      !st.ok()) {
     return st;
+  }
   if (rank.rank < 0 || rank.rank >= rank.world_size) {
     return BadConfig(fmt::format("RANK={}: not in [0, WORLD_SIZE={})", rank.rank, rank.world_size));
   }
-  if (rank.world_size > 1 && (!rank.data_group || rank.data_group->size() != rank.world_size ||
-                              rank.data_group->rank() != rank.rank)) {
+  if (rank.world_size > 1 && (!rank.world_group || rank.world_group->size() != rank.world_size ||
+                              rank.world_group->rank() != rank.rank)) {
     return Status(ExitCode::kInternal,
-                  fmt::format("WORLD_SIZE={} RANK={}: no data-parallel group of that shape was "
-                              "formed",
+                  fmt::format("WORLD_SIZE={} RANK={}: no world group of that shape was formed",
                               rank.world_size, rank.rank));
   }
   auto impl = std::make_unique<Impl>();
   impl->config = config;
   impl->rank = rank;
-  if (rank.world_size > 1)
-    impl->group = rank.data_group;
+  comm::MeshShape& shape = impl->shape;
+  shape = {rank.world_size / (parsed->pipeline * parsed->tensor), parsed->pipeline, parsed->tensor};
+  impl->coords = shape.coords(rank.rank);
+  const comm::MeshCoords& at = impl->coords;
+  if (rank.world_size > 1) {
+    impl->world_group = rank.world_group;
+    if (shape.pipeline == 1 && shape.tensor == 1) {
+      impl->group = rank.world_group;
+    } else {
+      try {
+        const comm::DeviceMesh mesh = comm::DeviceMesh::Create(rank.world_group, shape);
+        auto keep = [](const std::shared_ptr<comm::ProcessGroup>& g) {
+          return g && g->size() > 1 ? g : nullptr;
+        };
+        impl->group = keep(mesh.group(comm::MeshDim::kData));
+        impl->pipeline_group = keep(mesh.group(comm::MeshDim::kPipeline));
+        impl->tensor_group = keep(mesh.group(comm::MeshDim::kTensor));
+        if (shape.pipeline > 1) {
+          const bool end = at.pipeline == 0 || at.pipeline == shape.pipeline - 1;
+          impl->tie_group =
+              rank.world_group->split(end ? at.data * shape.tensor + at.tensor : -1, at.pipeline,
+                                      fmt::format("tie{}", at.data * shape.tensor + at.tensor));
+        }
+      } catch (const comm::CommError& e) {
+        return CommFailed(fmt::format("forming the mesh {}: {}", shape.ToString(), e.what()));
+      }
+    }
+  }
   if (rank.kernel_threads > 0)
     model::SetKernelThreads(rank.kernel_threads);
   const int T = config.model.seq_len;
@@ -119,7 +184,26 @@ Status Trainer::Create(const TrainerConfig& config, const RankContext& rank,
     return st;
   }
   impl->loader = std::make_unique<DataLoader>(&impl->dataset, T, config.batch.global, config.seed);
-  impl->model = std::make_unique<model::Gpt>(config.model);
+  // The shard: this stage's blocks, split over the tensor ranks.
+  const std::vector<parallel::StageLayers> stages =
+      parallel::PartitionStages(parallel::GptLayerCosts(config.model, T), shape.pipeline);
+  const parallel::StageLayers& stage = stages[at.pipeline];
+  const model::GptShard shard{.first_layer = stage.first,
+                              .end_layer = stage.end,
+                              .embedding = at.pipeline == 0,
+                              .head = at.pipeline == shape.pipeline - 1,
+                              .tensor_rank = at.tensor,
+                              .tensor_size = shape.tensor};
+  impl->model = std::make_unique<model::Gpt>(
+      config.model, shard,
+      impl->tensor_group ? parallel::MakeTensorSum(impl->tensor_group, &impl->tensor_stats)
+                         : model::TensorSumFn());
+  if (shape.pipeline > 1) {
+    impl->pipeline = std::make_unique<parallel::PipelineRunner>(
+        impl->model.get(), impl->pipeline_group,
+        config.parallel.schedule == "GPipe" ? parallel::Schedule::kGPipe
+                                            : parallel::Schedule::k1F1B);
+  }
   const size_t n = impl->model->parameters().size();
   impl->owned = {0, static_cast<int64_t>(n)};
   if (impl->group && config.parallel.zero_stage == 1) {
@@ -137,24 +221,31 @@ Status Trainer::Create(const TrainerConfig& config, const RankContext& rank,
                    .eps = static_cast<float>(config.optimizer.eps),
                    .weight_decay = static_cast<float>(config.optimizer.weight_decay)});
   impl->decay_mask.assign(n, 0);
-  int64_t wpe_size = 0;
-  for (const model::ParameterTensor& t : model::GptParameterTensors(config.model)) {
-    std::fill_n(impl->decay_mask.begin() + t.offset, t.size, t.decays ? 1 : 0);
-    if (t.name == "wpe")
-      wpe_size = t.size;
+  impl->norm_mask.assign(n, 0);
+  for (const model::ShardTensor& t : impl->model->tensors()) {
+    const model::ParameterTensor& l = t.local;
+    std::fill_n(impl->decay_mask.begin() + l.offset, l.size, l.decays ? 1 : 0);
+    const bool tied_copy = l.name == "wte" && !shard.embedding;  // the last stage's copy
+    const bool counted = (!t.replicated || at.tensor == 0) && !tied_copy;
+    std::fill_n(impl->norm_mask.begin() + l.offset, l.size, counted ? 1 : 0);
+    if (l.name == "wte")
+      impl->wte_size = l.size;
   }
   impl->schedule = {.peak = config.optimizer.lr,
                     .warmup_steps = config.schedule.warmup_steps,
                     .total_steps = config.schedule.steps,
                     .decay = config.schedule.decay,
                     .min_ratio = config.schedule.min_lr_ratio};
-  impl->micro_batch = config.batch.global / (rank.world_size * config.batch.micro_batches);
-  // Matrix-multiply FLOPs per trained token, forward and backward: 6 per weight used in a
-  // product (every parameter but the position embedding; the tied LM head counts once, as it
-  // is one product) plus attention scores and mixing, 12 * layers * dModel * T.
-  impl->flops_per_token =
-      6.0 * static_cast<double>(static_cast<int64_t>(n) - wpe_size) +
-      12.0 * config.model.layers * config.model.d_model * static_cast<double>(T);
+  impl->micro_batch = config.batch.global / (shape.data * config.batch.micro_batches);
+  // Matrix-multiply FLOPs per trained token of the whole model, forward and backward: 6 per
+  // weight used in a product (every parameter but the position embedding; the tied LM head
+  // counts once, as it is one product) plus attention scores and mixing,
+  // 12 * layers * dModel * T.
+  const int64_t whole = model::GptParameterCount(config.model);
+  const int64_t wpe = static_cast<int64_t>(config.model.seq_len) * config.model.d_model;
+  impl->flops_per_token = 6.0 * static_cast<double>(whole - wpe) + 12.0 * config.model.layers *
+                                                                       config.model.d_model *
+                                                                       static_cast<double>(T);
   impl->metrics = std::make_unique<TrainMetrics>(config.schedule.steps);
   impl->metrics->SetMemoryBytes("parameters", 4.0 * static_cast<double>(n));
   impl->metrics->SetMemoryBytes("gradients", 4.0 * static_cast<double>(n));
@@ -173,17 +264,23 @@ Status Trainer::Create(const TrainerConfig& config, const RankContext& rank,
   spdlog::info(
       "model: {} layers, dModel {}, {} heads, seqLen {}, vocab {}: {} parameters; data: {} "
       "({} train / {} validation tokens)",
-      config.model.layers, config.model.d_model, config.model.heads, T, config.model.vocab, n,
+      config.model.layers, config.model.d_model, config.model.heads, T, config.model.vocab, whole,
       config.data.path, impl->dataset.train().size(), impl->dataset.validation().size());
+  if (shape.pipeline > 1 || shape.tensor > 1) {
+    spdlog::info(
+        "mesh {}: rank {} is data {} pipeline {} tensor {}; stages {} ({}); this shard holds "
+        "{} parameters",
+        shape.ToString(), rank.rank, at.data, at.pipeline, at.tensor,
+        parallel::DescribeStages(stages), config.parallel.schedule, n);
+  }
   if (impl->reducer) {
     spdlog::info("data parallel: rank {} of {}, gradients all-reduced in {} buckets of <= {} MiB",
-                 rank.rank, rank.world_size, impl->reducer->buckets().size(),
-                 config.parallel.bucket_mib);
+                 at.data, shape.data, impl->reducer->buckets().size(), config.parallel.bucket_mib);
   } else if (impl->zero) {
     spdlog::info(
         "data parallel: rank {} of {}, ZeRO-1: this rank keeps optimizer state for "
         "parameters [{}, {}) of {}",
-        rank.rank, rank.world_size, impl->owned.begin, impl->owned.end, n);
+        at.data, shape.data, impl->owned.begin, impl->owned.end, n);
   }
   out->reset(new Trainer(std::move(impl)));
   return Status::Ok();
@@ -201,37 +298,72 @@ double Trainer::Impl::ValidationLoss() {
   const int64_t windows =
       std::min<int64_t>(static_cast<int64_t>(config.schedule.eval_batches) * config.batch.global,
                         loader->validation_windows());
-  // Each rank evaluates a contiguous share of the windows; the sums are added up.
-  const int64_t share = (windows + world() - 1) / world();
-  const int64_t begin = std::min(windows, rank.rank * share);
+  // Each data-parallel rank (with its pipeline and tensor peers) evaluates a contiguous share
+  // of the windows; the sums are added up.
+  const int64_t share = (windows + data_ranks() - 1) / data_ranks();
+  const int64_t begin = std::min(windows, coords.data * share);
   const int64_t end = std::min(windows, begin + share);
   double sum = 0;
-  Batch batch;
-  for (int64_t first = begin; first < end; first += micro_batch) {
-    const int count = static_cast<int>(std::min<int64_t>(micro_batch, end - first));
-    loader->ValidationBatch(first, count, &batch);
-    // Forward returns the mean over count*T positions; weight by count for the exact mean.
-    sum +=
-        static_cast<double>(model->Forward(batch.tokens, batch.targets, batch.B, batch.T)) * count;
+  if (pipeline) {
+    const int batches = static_cast<int>((end - begin + micro_batch - 1) / micro_batch);
+    sum = pipeline->Evaluate(batches, [&](int i, parallel::MicroBatch* mb) {
+      const int64_t first = begin + static_cast<int64_t>(i) * micro_batch;
+      const int count = static_cast<int>(std::min<int64_t>(micro_batch, end - first));
+      Batch batch;
+      loader->ValidationBatch(first, count, &batch);
+      mb->tokens = std::move(batch.tokens);
+      mb->targets = std::move(batch.targets);
+      mb->B = batch.B;
+      mb->T = batch.T;
+    });
+  } else {
+    Batch batch;
+    for (int64_t first = begin; first < end; first += micro_batch) {
+      const int count = static_cast<int>(std::min<int64_t>(micro_batch, end - first));
+      loader->ValidationBatch(first, count, &batch);
+      // Forward returns the mean over count*T positions; weight by count for the exact mean.
+      sum += static_cast<double>(model->Forward(batch.tokens, batch.targets, batch.B, batch.T)) *
+             count;
+    }
   }
+  RecordTensorComm();
+  if (!reports_loss())
+    sum = 0;
   SumOverRanks(std::span<double>(&sum, 1));
   return sum / static_cast<double>(windows);
 }
 
 void Trainer::Impl::SumOverRanks(std::span<double> values) {
-  if (!group)
+  if (!world_group)
     return;
   const auto start = Clock::now();
-  group->all_reduce(values, comm::ReduceOp::kSum)->wait();
+  world_group->all_reduce(values, comm::ReduceOp::kSum)->wait();
   metrics->RecordComm("all_reduce", "data", Seconds(start),
                       static_cast<double>(values.size_bytes()));
 }
 
+void Trainer::Impl::SyncTiedEmbedding() {
+  if (!tie_group)
+    return;
+  const auto start = Clock::now();
+  std::span<float> wte = model->gradients().subspan(0, static_cast<size_t>(wte_size));
+  tie_group->all_reduce(wte, comm::ReduceOp::kSum)->wait();
+  metrics->RecordComm("all_reduce", "pipeline", Seconds(start),
+                      static_cast<double>(wte.size_bytes()));
+}
+
+void Trainer::Impl::RecordTensorComm() {
+  if (tensor_stats.calls == 0)
+    return;
+  metrics->RecordComm("all_reduce", "tensor", tensor_stats.seconds, tensor_stats.bytes);
+  tensor_stats = {};
+}
+
 Status Trainer::Impl::Agree(const Status& mine, const std::string& what) {
-  if (!group)
+  if (!world_group)
     return mine;
   int32_t code = mine.exit_code();
-  group->all_reduce(std::span<int32_t>(&code, 1), comm::ReduceOp::kMax)->wait();
+  world_group->all_reduce(std::span<int32_t>(&code, 1), comm::ReduceOp::kMax)->wait();
   if (!mine.ok() || code == 0)
     return mine;
   return Status(static_cast<ExitCode>(code),
@@ -245,42 +377,74 @@ double Trainer::Impl::TrainStep(double lr, bool stop_here, double* grad_norm, bo
   const int M = c.batch.micro_batches;
   model->ZeroGradients();
   double loss = 0;
-  Batch batch;
   const model::GradientsReadyFn on_ready = [this](int64_t first) {
     reducer->GradientsReady(first);
   };
-  for (int m = 0; m < M; ++m) {
-    const int first = rank.rank * (c.batch.global / world()) + m * micro_batch;
-    loader->TrainBatch(step, first, micro_batch, &batch);
-    loss += model->Forward(batch.tokens, batch.targets, batch.B, batch.T);
-    // Only the last micro-batch's backward makes gradients final, so only it starts buckets.
-    model->Backward(1.0f / static_cast<float>(M),
-                    reducer && m == M - 1 ? on_ready : model::GradientsReadyFn());
+  // Micro-batch m of this data-parallel rank's share of the global batch.
+  const auto first_sequence = [&](int m) {
+    return coords.data * (c.batch.global / data_ranks()) + m * micro_batch;
+  };
+  if (pipeline) {
+    const parallel::PipelineStats stats = pipeline->Train(
+        M,
+        [&](int m, parallel::MicroBatch* mb) {
+          Batch batch;
+          loader->TrainBatch(step, first_sequence(m), micro_batch, &batch);
+          mb->tokens = std::move(batch.tokens);
+          mb->targets = std::move(batch.targets);
+          mb->B = batch.B;
+          mb->T = batch.T;
+        },
+        1.0f / static_cast<float>(M), reducer ? on_ready : model::GradientsReadyFn());
+    loss = stats.loss_sum;
+    metrics->SetPipelineBubble(stats.bubble());
+    metrics->RecordComm("send_recv", "pipeline", stats.idle_seconds, stats.comm_bytes);
+  } else {
+    Batch batch;
+    for (int m = 0; m < M; ++m) {
+      loader->TrainBatch(step, first_sequence(m), micro_batch, &batch);
+      loss += model->Forward(batch.tokens, batch.targets, batch.B, batch.T);
+      // Only the last micro-batch's backward makes gradients final, so only it starts buckets.
+      model->Backward(1.0f / static_cast<float>(M),
+                      reducer && m == M - 1 ? on_ready : model::GradientsReadyFn());
+    }
   }
+  RecordTensorComm();
   loss /= M;
   std::span<float> params = model->parameters();
   std::span<float> grads = model->gradients();
   std::span<const uint8_t> mask = decay_mask;
+  std::span<const uint8_t> counted = norm_mask;
   if (reducer) {
     const parallel::ReductionStats stats = reducer->Finish();
     metrics->RecordComm("all_reduce", "data", stats.exposed_seconds,
                         static_cast<double>(stats.bytes));
-  } else if (zero) {
+  }
+  // The tied wte: after the data-parallel average (sums commute with it), before ZeRO splits
+  // the buffer into shards.
+  SyncTiedEmbedding();
+  if (zero) {
     const auto start = Clock::now();
     grads = zero->ReduceScatter(grads);
     metrics->RecordComm("reduce_scatter", "data", Seconds(start),
                         static_cast<double>(zero->shard_bytes() * zero->layout().ranks));
-    params = params.subspan(static_cast<size_t>(owned.begin), static_cast<size_t>(owned.size()));
-    mask = mask.subspan(static_cast<size_t>(owned.begin), static_cast<size_t>(owned.size()));
+    const auto own = [&](auto span) {
+      return span.subspan(static_cast<size_t>(owned.begin), static_cast<size_t>(owned.size()));
+    };
+    params = own(params);
+    mask = own(mask);
+    counted = own(counted);
   }
-  // One small all-reduce for both: the losses of the ranks' shares of the batch, and the
-  // squared gradient norm. With ZeRO-1 each rank holds a shard of the gradient, so the squares
-  // add up over ranks; otherwise every rank holds the same reduced gradient and rank 0 alone
-  // contributes it (adding zeros keeps it exact).
-  double sums[3] = {loss, zero || rank.rank == 0 ? SumOfSquares(grads) : 0.0,
-                    stop_here ? 1.0 : 0.0};
+  // One small all-reduce over the world for all three: the losses of the data-parallel
+  // shares (each reported once, by the last stage's tensor rank 0), the squared gradient
+  // norm, and the stop wish. Each distinct gradient value is counted once: with ZeRO-1 every
+  // data rank holds a shard, otherwise the data ranks hold the same reduced gradient and data
+  // rank 0 alone contributes; replicated values count where norm_mask says.
+  const bool norm_here = zero || coords.data == 0;
+  double sums[3] = {reports_loss() ? loss : 0.0,
+                    norm_here ? CountedSumOfSquares(grads, counted) : 0.0, stop_here ? 1.0 : 0.0};
   SumOverRanks(sums);
-  loss = sums[0] / world();
+  loss = sums[0] / data_ranks();
   *grad_norm = std::sqrt(sums[1]);
   *stop_any = sums[2] > 0;
   if (!std::isfinite(loss) || !std::isfinite(*grad_norm))
@@ -308,10 +472,10 @@ Status Trainer::Impl::Resume(int64_t checkpoint_step) {
                     "restore the configuration or use another checkpoint.dir",
                     meta_path, diff.empty() ? "config hash differs" : diff));
   }
-  if (meta.mesh != rank.mesh || meta.world_size != rank.world_size) {
+  if (meta.mesh != shape.ToString() || meta.world_size != rank.world_size) {
     return CheckpointRefused(
         fmt::format("{}: mesh '{}' ({} ranks) does not match this job's '{}' ({} ranks)", meta_path,
-                    meta.mesh, meta.world_size, rank.mesh, rank.world_size));
+                    meta.mesh, meta.world_size, shape.ToString(), rank.world_size));
   }
   const DataCursor expected = loader->CursorAt(checkpoint_step);
   if (meta.data_cursor.train_tokens != expected.train_tokens) {
@@ -328,19 +492,21 @@ Status Trainer::Impl::Resume(int64_t checkpoint_step) {
         meta_path, meta.data_cursor.step, meta.data_cursor.samples_consumed, meta.optimizer_steps,
         meta.rng_seed, checkpoint_step));
   }
-  if (meta.zero_stage != config.parallel.zero_stage && world() > 1) {
+  if (meta.zero_stage != config.parallel.zero_stage && data_ranks() > 1) {
     return CheckpointRefused(fmt::format(
         "{}: written with parallelism.zeroStage {}, this job has {}; use the same zeroStage",
         meta_path, meta.zero_stage, config.parallel.zero_stage));
   }
-  // Rank 0's file has the parameters (and the whole optimizer state unless it is sharded);
-  // with ZeRO-1 every rank's file has its shard of the optimizer state.
+  // Data rank 0 of this rank's stage and tensor coordinates wrote the shard's parameters (and
+  // its whole optimizer state unless that is sharded); with ZeRO-1 every rank wrote its own
+  // shard of the optimizer state.
+  const int source = shape.rank_of({0, coords.pipeline, coords.tensor});
   ShardContents first;
-  if (Status st = store->ReadShard(meta, ShardName(0), &first); !st.ok())
+  if (Status st = store->ReadShard(meta, ShardName(source), &first); !st.ok())
     return st;
   ShardContents own_file;
   const ShardContents* state = &first;
-  if (zero && rank.rank != 0) {
+  if (zero && rank.rank != source) {
     if (Status st = store->ReadShard(meta, ShardName(rank.rank), &own_file); !st.ok())
       return st;
     state = &own_file;
@@ -350,9 +516,9 @@ Status Trainer::Impl::Resume(int64_t checkpoint_step) {
     int file_rank;
     const char* name;
     std::span<float> dst;
-  } targets[] = {{&first, 0, "params", model->parameters()},
-                 {state, zero ? rank.rank : 0, "adamw.m", optimizer->first_moment()},
-                 {state, zero ? rank.rank : 0, "adamw.v", optimizer->second_moment()}};
+  } targets[] = {{&first, source, "params", model->parameters()},
+                 {state, zero ? rank.rank : source, "adamw.m", optimizer->first_moment()},
+                 {state, zero ? rank.rank : source, "adamw.v", optimizer->second_moment()}};
   for (const Target& t : targets) {
     const std::vector<float>* values = t.file->Find(t.name);
     if (values == nullptr || values->size() != t.dst.size()) {
@@ -379,7 +545,7 @@ Status Trainer::Impl::SaveCheckpoint() {
   meta.step = step;
   meta.config_hash = ConfigHash(config);
   meta.config_json = TrajectoryJson(config);
-  meta.mesh = rank.mesh;
+  meta.mesh = shape.ToString();
   meta.world_size = rank.world_size;
   meta.data_cursor = loader->CursorAt(step);
   meta.rng_seed = config.seed;
@@ -389,7 +555,7 @@ Status Trainer::Impl::SaveCheckpoint() {
   meta.val_loss = last_val_loss;
   meta.created_at = NowRfc3339();
   meta.zero_stage = config.parallel.zero_stage;
-  if (group) {
+  if (world_group) {
     if (Status st = SaveShardedCheckpoint(meta); !st.ok())
       return st;
   } else {
@@ -410,17 +576,18 @@ Status Trainer::Impl::SaveCheckpoint() {
 }
 
 // Several ranks, one directory: rank 0 opens step-<N>.tmp/, each rank that holds something
-// unique writes its file there (rank 0: the parameters and, unless sharded, the optimizer
-// state; with ZeRO-1 every rank its optimizer shard), the file descriptions are all-gathered,
-// and rank 0 commits. Every rank returns the same outcome.
+// unique writes its file there (data rank 0 of each stage and tensor coordinate: its shard's
+// parameters and, unless sharded, optimizer state; with ZeRO-1 every rank its optimizer
+// shard), the file descriptions are all-gathered, and rank 0 commits. Every rank returns the
+// same outcome.
 Status Trainer::Impl::SaveShardedCheckpoint(const CheckpointMeta& meta) {
   const std::string what = fmt::format("checkpoint {}", store->StepDir(meta.step));
   if (Status st = Agree(rank.rank == 0 ? store->Begin(meta.step) : Status::Ok(), what); !st.ok())
     return st;
   std::vector<ShardTensor> tensors;
-  if (rank.rank == 0)
+  if (writes_parameters())
     tensors.push_back({"params", model->parameters()});
-  if (rank.rank == 0 || zero) {
+  if (writes_parameters() || zero) {
     tensors.push_back({"adamw.m", optimizer->first_moment()});
     tensors.push_back({"adamw.v", optimizer->second_moment()});
   }
@@ -436,13 +603,14 @@ Status Trainer::Impl::SaveShardedCheckpoint(const CheckpointMeta& meta) {
       mine.ok = 0;
     }
   }
-  std::vector<ShardRecord> records(static_cast<size_t>(world()));
-  group->all_gather(&mine, records.data(), sizeof(ShardRecord), comm::DataType::kUInt8)->wait();
+  std::vector<ShardRecord> records(static_cast<size_t>(rank.world_size));
+  world_group->all_gather(&mine, records.data(), sizeof(ShardRecord), comm::DataType::kUInt8)
+      ->wait();
   Status committed;
   if (rank.rank == 0) {
     CheckpointMeta full = meta;
     full.files.clear();
-    for (int r = 0; r < world(); ++r) {
+    for (int r = 0; r < rank.world_size; ++r) {
       const ShardRecord& rec = records[static_cast<size_t>(r)];
       if (!rec.ok && committed.ok()) {
         committed = IoError(fmt::format("{}: rank {} could not write its shard", what, r));
@@ -530,7 +698,7 @@ Status Trainer::RunSteps(const RunOptions& options, TrainResult* result) {
       spdlog::info("step {} val_loss {:.4f}", s.step, *s.last_val_loss);
     }
     // One rank decides alone; several stop at the step every one of them agreed on.
-    const bool stop = s.group ? stop_any : stop_requested_.load(std::memory_order_relaxed);
+    const bool stop = s.world_group ? stop_any : stop_requested_.load(std::memory_order_relaxed);
     const bool stopping = stop || s.step == end_step;
     const int64_t every = c.checkpoint.every_steps;
     if (s.store && (last || stopping || (every > 0 && s.step % every == 0))) {

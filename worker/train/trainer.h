@@ -22,11 +22,15 @@ namespace tessera::train {
 struct RankContext {
   int rank = 0;
   int world_size = 1;
+  // TESSERA_MESH: its pipeline and tensor sizes are used; the data-parallel size is
+  // world_size / (pipeline x tensor). Ranks are laid out as comm::MeshShape says (tensor
+  // innermost).
   std::string mesh = "data=1,pipeline=1,tensor=1";
   int kernel_threads = 0;  // 0: leave the kernels' default (OMP_NUM_THREADS / all cores)
-  // The data-parallel group (world_size ranks, this one at `rank`); required when
-  // world_size > 1, ignored otherwise. Collectives failing mid-run end Run with kCommFailed.
-  std::shared_ptr<comm::ProcessGroup> data_group = nullptr;
+  // The group of all world_size ranks, this one at `rank`; required when world_size > 1,
+  // ignored otherwise. The trainer splits it into the mesh's groups. Collectives failing
+  // mid-run end Run with kCommFailed.
+  std::shared_ptr<comm::ProcessGroup> world_group = nullptr;
 };
 
 struct RunOptions {
@@ -45,8 +49,9 @@ struct TrainResult {
 
 class Trainer {
  public:
-  // Validates `config` for `rank`, loads the dataset and builds the model and optimizer (not
-  // yet initialised; Run does that or resumes). Configuration and dataset problems are
+  // Validates `config` for `rank`, loads the dataset and builds the model shard and optimizer
+  // (not yet initialised; Run does that or resumes). Collective with several ranks (it forms
+  // the mesh's groups). Configuration and dataset problems are
   // kBadConfig with one line naming the field or path. Starts the metrics server when
   // config.metrics.port >= 0 (kIoError when the port cannot be bound).
   static Status Create(const TrainerConfig& config, const RankContext& rank,

@@ -44,14 +44,27 @@ sed 's/^[^:]*: //' "$WORK/bad.txt" >"$WORK/bad-stripped.txt"
 diff "$WORK/validate.txt" "$WORK/bad-stripped.txt" || fail "messages differ from tessera validate"
 [[ ! -e $WORK/bad ]] || fail "an invalid job created its run directory"
 
+# The two workers as pipeline stages of the built-in trainer run to the end.
+"$TESSERA" run "$TINY" "${CHEAP[@]}" --set spec.parallelism.pipeline=2 \
+  --set spec.parallelism.data=1 --set spec.parallelism.microBatches=4 \
+  --set spec.trainer.schedule.steps=20 --set spec.trainer.schedule.warmupSteps=5 \
+  --workdir "$WORK/pipeline" \
+  --summary-json "$WORK/pipeline.json" >"$WORK/pipeline.txt" 2>&1 ||
+  { cat "$WORK/pipeline.txt"; fail "the pipeline-parallel run failed"; }
+[[ $(json "$WORK/pipeline.json" 'j["steps"]') == 20 ]] || fail "the pipeline run did not finish"
+grep -q "mesh data=1,pipeline=2,tensor=1: rank 1 is data 0 pipeline 1" \
+  "$WORK/pipeline/logs/worker-1-rank-0.log" || fail "rank 1 is not the second stage"
+
+# More stages than blocks: refused before anything starts, naming the field.
 rc=0
 "$TESSERA" run "$TINY" --set spec.parallelism.pipeline=2 --set spec.parallelism.data=1 \
-  --workdir "$WORK/pipeline" >"$WORK/pipeline.txt" 2>&1 || rc=$?
-cat "$WORK/pipeline.txt"
-[[ $rc == 2 ]] || fail "pipeline-parallel built-in: exit code $rc, want 2"
-[[ $(wc -l <"$WORK/pipeline.txt") == 1 ]] || fail "want one line"
-grep -q "spec.parallelism.pipeline = 2" "$WORK/pipeline.txt" || fail "the field is not named"
-[[ ! -e $WORK/pipeline ]] || fail "a refused job created its run directory"
+  --set spec.trainer.model.layers=1 --workdir "$WORK/stages" >"$WORK/stages.txt" 2>&1 || rc=$?
+cat "$WORK/stages.txt"
+[[ $rc == 2 ]] || fail "more stages than blocks: exit code $rc, want 2"
+[[ $(wc -l <"$WORK/stages.txt") == 1 ]] || fail "want one line"
+grep -q "spec.parallelism.pipeline: pipeline stages must not outnumber" "$WORK/stages.txt" ||
+  fail "the field is not named"
+[[ ! -e $WORK/stages ]] || fail "a refused job created its run directory"
 
 rc=0
 "$TESSERA" run "$WORK/does-not-exist.yaml" >"$WORK/missing.txt" 2>&1 || rc=$?

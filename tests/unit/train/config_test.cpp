@@ -171,6 +171,41 @@ TEST(TrainerConfig, ValidationNamesTheField) {
   }
 }
 
+TEST(ValidateTrainerConfig, ModelParallelLayouts) {
+  TrainerConfig c;
+  c.data.path = "corpus.txt";
+  c.batch.global = 8;
+  c.model.layers = 4;
+  c.model.heads = 4;
+  c.model.d_model = 64;
+  // 8 ranks as data 2 x pipeline 2 x tensor 2: the batch splits over the 2 data ranks only.
+  EXPECT_TRUE(ValidateTrainerConfig(c, 8, 2, 2).ok());
+  c.batch.micro_batches = 4;
+  EXPECT_TRUE(ValidateTrainerConfig(c, 8, 2, 2).ok());
+  struct Case {
+    int world, pipeline, tensor;
+    std::string schedule;
+    std::string message;
+  } cases[] = {
+      {6, 4, 1, "1F1B", "TESSERA_MESH: pipeline 4 x tensor 1 does not divide WORLD_SIZE 6"},
+      {8, 8, 1, "1F1B",
+       "parallelism.pipeline: 8 stages for model.layers 4; each stage needs a "
+       "block"},
+      {3, 1, 3, "1F1B", "parallelism.tensor: 3 does not divide model.heads 4"},
+      {4, 4, 1, "gpipe", "parallelism.schedule: 'gpipe' is not GPipe or 1F1B"},
+      {16, 2, 1, "1F1B",
+       "batch.global: 8 is not divisible by data-parallel ranks (8) x "
+       "microBatches (4)"},
+  };
+  for (const Case& k : cases) {
+    TrainerConfig t = c;
+    t.parallel.schedule = k.schedule;
+    const Status st = ValidateTrainerConfig(t, k.world, k.pipeline, k.tensor);
+    EXPECT_EQ(st.exit_code(), 2) << k.message;
+    EXPECT_EQ(st.message(), k.message);
+  }
+}
+
 TEST(ConfigHash, CoversTheTrajectoryOnly) {
   TrainerConfig base;
   base.data.path = "a.txt";

@@ -3,110 +3,177 @@
 
 #include <algorithm>
 #include <cassert>
+#include <iterator>
+#include <string>
+#include <type_traits>
 
 #include "worker/model/cpu/layers.h"
 
 namespace tessera::model::cpu {
 
+namespace {
+
+// Sums a shard's partial results over its tensor-parallel ranks (float only: the double
+// instantiation serves the whole-model gradient check).
 template <typename F>
-GptParams<F> BindParams(const GptConfig& config, F* base) {
-  const std::vector<ParameterTensor> tensors = GptParameterTensors(config);
-  // Buffer order (see GptParameterTensors): wte, wpe, 12 tensors per block, lnf w/b.
-  constexpr size_t kPerBlock = 12;
-  assert(tensors.size() == 4 + kPerBlock * config.layers);
-  auto at = [&](size_t i) { return base + tensors[i].offset; };
-  GptParams<F> p;
-  p.wte = at(0);
-  p.wpe = at(1);
-  p.blocks.resize(config.layers);
-  for (int l = 0; l < config.layers; l++) {
-    const size_t i = 2 + kPerBlock * l;
-    typename GptParams<F>::Block& blk = p.blocks[l];
-    blk.ln1w = at(i + 0);
-    blk.ln1b = at(i + 1);
-    blk.qkvw = at(i + 2);
-    blk.qkvb = at(i + 3);
-    blk.attprojw = at(i + 4);
-    blk.attprojb = at(i + 5);
-    blk.ln2w = at(i + 6);
-    blk.ln2b = at(i + 7);
-    blk.fcw = at(i + 8);
-    blk.fcb = at(i + 9);
-    blk.fcprojw = at(i + 10);
-    blk.fcprojb = at(i + 11);
+void TensorAllReduce(const TensorSum* tensor_sum, F* data, int64_t count) {
+  if constexpr (std::is_same_v<F, float>) {
+    assert(tensor_sum != nullptr);
+    (*tensor_sum)(data, count);
+  } else {
+    (void)tensor_sum, (void)data, (void)count;
+    assert(false && "tensor parallelism runs in float");
   }
-  p.lnfw = at(tensors.size() - 2);
-  p.lnfb = at(tensors.size() - 1);
+}
+
+}  // namespace
+
+template <typename F>
+GptParams<F> BindParams(const GptConfig& config, F* base, const GptShard& shard) {
+  GptParams<F> p;
+  const int first = shard.first_layer;
+  p.blocks.resize(shard.end(config) - first);
+  // Block tensors in buffer order (see GptParameterTensors).
+  static const char* const kBlockTensors[] = {
+      "ln1.weight",       "ln1.bias",       "attn.qkv.weight", "attn.qkv.bias",
+      "attn.proj.weight", "attn.proj.bias", "ln2.weight",      "ln2.bias",
+      "mlp.fc.weight",    "mlp.fc.bias",    "mlp.proj.weight", "mlp.proj.bias"};
+  for (const ShardTensor& t : GptShardTensors(config, shard)) {
+    F* at = base + t.local.offset;
+    const std::string& name = t.local.name;
+    if (name == "wte") {
+      p.wte = at;
+    } else if (name == "wpe") {
+      p.wpe = at;
+    } else if (name == "lnf.weight") {
+      p.lnfw = at;
+    } else if (name == "lnf.bias") {
+      p.lnfb = at;
+    } else {
+      typename GptParams<F>::Block& blk = p.blocks[t.local.layer - first];
+      F** slots[] = {&blk.ln1w, &blk.ln1b, &blk.qkvw, &blk.qkvb, &blk.attprojw, &blk.attprojb,
+                     &blk.ln2w, &blk.ln2b, &blk.fcw,  &blk.fcb,  &blk.fcprojw,  &blk.fcprojb};
+      const std::string suffix = name.substr(name.find('.') + 1);
+      for (size_t i = 0; i < std::size(kBlockTensors); i++) {
+        if (suffix == kBlockTensors[i])
+          *slots[i] = at;
+      }
+    }
+  }
   return p;
 }
 
 template <typename F>
-void GptActivations<F>::Allocate(const GptConfig& config, int batch, int seq) {
+void GptActivations<F>::Allocate(const GptConfig& config, int batch, int seq,
+                                 const GptShard& shard) {
   if (batch == B && seq == T)
     return;
   B = batch;
   T = seq;
   const int64_t N = static_cast<int64_t>(B) * T;
   const int64_t C = config.d_model;
-  const int64_t NH = config.heads;
+  const int64_t Ct = C / shard.tensor_size;
+  const int64_t NHt = config.heads / shard.tensor_size;
   encoded.assign(N * C, F(0));
-  blocks.resize(config.layers);
+  blocks.resize(shard.end(config) - shard.first_layer);
   for (Block& blk : blocks) {
     blk.ln1.assign(N * C, F(0));
     blk.ln1_mean.assign(N, F(0));
     blk.ln1_rstd.assign(N, F(0));
-    blk.qkv.assign(N * 3 * C, F(0));
-    blk.atty.assign(N * C, F(0));
-    blk.att.assign(static_cast<int64_t>(B) * NH * T * T, F(0));
+    blk.qkv.assign(N * 3 * Ct, F(0));
+    blk.atty.assign(N * Ct, F(0));
+    blk.att.assign(static_cast<int64_t>(B) * NHt * T * T, F(0));
     blk.residual2.assign(N * C, F(0));
     blk.ln2.assign(N * C, F(0));
     blk.ln2_mean.assign(N, F(0));
     blk.ln2_rstd.assign(N, F(0));
-    blk.fch.assign(N * 4 * C, F(0));
-    blk.fch_gelu.assign(N * 4 * C, F(0));
+    blk.fch.assign(N * 4 * Ct, F(0));
+    blk.fch_gelu.assign(N * 4 * Ct, F(0));
     blk.residual3.assign(N * C, F(0));
   }
-  lnf.assign(N * C, F(0));
-  lnf_mean.assign(N, F(0));
-  lnf_rstd.assign(N, F(0));
-  logits.assign(N * config.vocab, F(0));
-  losses.assign(N, F(0));
-  lse.assign(N, F(0));
+  if (shard.head) {
+    lnf.assign(N * C, F(0));
+    lnf_mean.assign(N, F(0));
+    lnf_rstd.assign(N, F(0));
+    logits.assign(N * config.vocab, F(0));
+    losses.assign(N, F(0));
+    lse.assign(N, F(0));
+  }
   dresidual.assign(N * C, F(0));
   dln.assign(N * C, F(0));
-  datty.assign(N * C, F(0));
-  dqkv.assign(N * 3 * C, F(0));
-  dfch.assign(N * 4 * C, F(0));
+  datty.assign(N * Ct, F(0));
+  dqkv.assign(N * 3 * Ct, F(0));
+  dfch.assign(N * 4 * Ct, F(0));
+}
+
+template <typename F>
+int64_t GptActivations<F>::bytes() const {
+  size_t n = encoded.size() + lnf.size() + lnf_mean.size() + lnf_rstd.size() + logits.size() +
+             losses.size() + lse.size() + dresidual.size() + dln.size() + datty.size() +
+             dqkv.size() + dfch.size();
+  for (const Block& b : blocks) {
+    n += b.ln1.size() + b.ln1_mean.size() + b.ln1_rstd.size() + b.qkv.size() + b.atty.size() +
+         b.att.size() + b.residual2.size() + b.ln2.size() + b.ln2_mean.size() + b.ln2_rstd.size() +
+         b.fch.size() + b.fch_gelu.size() + b.residual3.size();
+  }
+  return static_cast<int64_t>(n * sizeof(F));
+}
+
+template <typename F>
+const F* GptActivations<F>::output() const {
+  return blocks.empty() ? encoded.data() : blocks.back().residual3.data();
 }
 
 template <typename F>
 double GptForward(const GptConfig& config, const GptParams<F>& params, GptActivations<F>& acts,
-                  const int32_t* tokens, const int32_t* targets, int B, int T) {
+                  const int32_t* tokens, const int32_t* targets, int B, int T,
+                  const GptShard& shard, const F* input, const TensorSum* tensor_sum) {
   const int C = config.d_model;
-  const int NH = config.heads;
+  const int tp = shard.tensor_size;
+  const int Ct = C / tp;
+  const int NHt = config.heads / tp;
   const int V = config.vocab;
   const int N = B * T;
-  acts.Allocate(config, B, T);
+  acts.Allocate(config, B, T, shard);
 
-  encoder_forward(acts.encoded.data(), tokens, params.wte, params.wpe, B, T, C);
+  if (shard.embedding) {
+    encoder_forward(acts.encoded.data(), tokens, params.wte, params.wpe, B, T, C);
+  } else {
+    std::copy_n(input, static_cast<size_t>(N) * C, acts.encoded.data());
+  }
+  // residual + proj(inp): one fused pass on one rank; with tensor parallelism each rank
+  // projects its columns (the bias added once, by rank 0) and the partial sums are added up.
+  auto project_into_residual = [&](F* out, const F* residual, const F* inp, const F* w, const F* b,
+                                   int in) {
+    if (tp == 1) {
+      matmul_residual_forward(out, residual, inp, w, b, N, in, C);
+      return;
+    }
+    matmul_forward(out, inp, w, shard.tensor_rank == 0 ? b : static_cast<const F*>(nullptr), N, in,
+                   C);
+    TensorAllReduce(tensor_sum, out, static_cast<int64_t>(N) * C);
+    for (int64_t i = 0; i < static_cast<int64_t>(N) * C; i++)
+      out[i] += residual[i];
+  };
   const F* residual = acts.encoded.data();  // (B,T,C) input of the block
-  for (int l = 0; l < config.layers; l++) {
+  for (size_t l = 0; l < acts.blocks.size(); l++) {
     const typename GptParams<F>::Block& p = params.blocks[l];
     typename GptActivations<F>::Block& a = acts.blocks[l];
     layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), residual, p.ln1w, p.ln1b,
                       N, C);
-    matmul_forward(a.qkv.data(), a.ln1.data(), p.qkvw, p.qkvb, N, C, 3 * C);
-    attention_forward(a.atty.data(), a.att.data(), a.qkv.data(), B, T, C, NH);
-    matmul_residual_forward(a.residual2.data(), residual, a.atty.data(), p.attprojw, p.attprojb, N,
-                            C, C);
+    matmul_forward(a.qkv.data(), a.ln1.data(), p.qkvw, p.qkvb, N, C, 3 * Ct);
+    attention_forward(a.atty.data(), a.att.data(), a.qkv.data(), B, T, Ct, NHt);
+    project_into_residual(a.residual2.data(), residual, a.atty.data(), p.attprojw, p.attprojb, Ct);
     layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.residual2.data(),
                       p.ln2w, p.ln2b, N, C);
-    matmul_forward(a.fch.data(), a.ln2.data(), p.fcw, p.fcb, N, C, 4 * C);
-    gelu_forward(a.fch_gelu.data(), a.fch.data(), static_cast<int64_t>(N) * 4 * C);
-    matmul_residual_forward(a.residual3.data(), a.residual2.data(), a.fch_gelu.data(), p.fcprojw,
-                            p.fcprojb, N, 4 * C, C);
+    matmul_forward(a.fch.data(), a.ln2.data(), p.fcw, p.fcb, N, C, 4 * Ct);
+    gelu_forward(a.fch_gelu.data(), a.fch.data(), static_cast<int64_t>(N) * 4 * Ct);
+    project_into_residual(a.residual3.data(), a.residual2.data(), a.fch_gelu.data(), p.fcprojw,
+                          p.fcprojb, 4 * Ct);
     residual = a.residual3.data();
   }
+  if (!shard.head)
+    return 0.0;
   layernorm_forward(acts.lnf.data(), acts.lnf_mean.data(), acts.lnf_rstd.data(), residual,
                     params.lnfw, params.lnfb, N, C);
   matmul_forward(acts.logits.data(), acts.lnf.data(), params.wte, static_cast<const F*>(nullptr), N,
@@ -123,71 +190,86 @@ double GptForward(const GptConfig& config, const GptParams<F>& params, GptActiva
 template <typename F>
 void GptBackward(const GptConfig& config, const GptParams<F>& params, const GptParams<F>& grads,
                  GptActivations<F>& acts, const int32_t* tokens, const int32_t* targets, int B,
-                 int T, F loss_scale, const std::function<void(int)>* block_done) {
+                 int T, F loss_scale, const std::function<void(int)>* block_done,
+                 const GptShard& shard, const F* dout, const TensorSum* tensor_sum) {
   const int C = config.d_model;
-  const int NH = config.heads;
+  const int tp = shard.tensor_size;
+  const int Ct = C / tp;
+  const int NHt = config.heads / tp;
   const int V = config.vocab;
   const int N = B * T;
+  const int64_t NC = static_cast<int64_t>(N) * C;
   assert(acts.B == B && acts.T == T);
 
-  // Loss -> logits -> final layer norm. The mean over B*T positions scales each row by 1/N.
-  crossentropy_softmax_backward(acts.logits.data(), acts.lse.data(), targets, loss_scale / F(N), N,
-                                V);
-  const F* dlogits = acts.logits.data();
-  matmul_backward(acts.dln.data(), grads.wte, static_cast<F*>(nullptr), dlogits, acts.lnf.data(),
-                  params.wte, N, C, V);
-  std::fill(acts.dresidual.begin(), acts.dresidual.end(), F(0));
-  const F* last = config.layers > 0 ? acts.blocks.back().residual3.data() : acts.encoded.data();
-  layernorm_backward(acts.dresidual.data(), grads.lnfw, grads.lnfb, acts.dln.data(), last,
-                     params.lnfw, acts.lnf_mean.data(), acts.lnf_rstd.data(), N, C);
+  if (shard.head) {
+    // Loss -> logits -> final layer norm. The mean over B*T positions scales each row by 1/N.
+    crossentropy_softmax_backward(acts.logits.data(), acts.lse.data(), targets, loss_scale / F(N),
+                                  N, V);
+    const F* dlogits = acts.logits.data();
+    matmul_backward(acts.dln.data(), grads.wte, static_cast<F*>(nullptr), dlogits, acts.lnf.data(),
+                    params.wte, N, C, V);
+    std::fill(acts.dresidual.begin(), acts.dresidual.end(), F(0));
+    layernorm_backward(acts.dresidual.data(), grads.lnfw, grads.lnfb, acts.dln.data(),
+                       acts.output(), params.lnfw, acts.lnf_mean.data(), acts.lnf_rstd.data(), N,
+                       C);
+  } else {
+    std::copy_n(dout, NC, acts.dresidual.data());
+  }
 
   // Blocks in reverse. dresidual holds the gradient of the block output; the residual
   // connections pass it through unchanged, and each branch adds its part.
   F* dres = acts.dresidual.data();
-  for (int l = config.layers - 1; l >= 0; l--) {
+  for (int l = static_cast<int>(acts.blocks.size()) - 1; l >= 0; l--) {
     const typename GptParams<F>::Block& p = params.blocks[l];
     const typename GptParams<F>::Block& g = grads.blocks[l];
     const typename GptActivations<F>::Block& a = acts.blocks[l];
     const F* residual = l == 0 ? acts.encoded.data() : acts.blocks[l - 1].residual3.data();
     // MLP branch: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))).
     F* dfch = acts.dfch.data();
-    matmul_backward(dfch, g.fcprojw, g.fcprojb, dres, a.fch_gelu.data(), p.fcprojw, N, 4 * C, C);
-    gelu_backward(dfch, a.fch.data(), dfch, static_cast<int64_t>(N) * 4 * C);
-    matmul_backward(acts.dln.data(), g.fcw, g.fcb, dfch, a.ln2.data(), p.fcw, N, C, 4 * C);
+    matmul_backward(dfch, g.fcprojw, g.fcprojb, dres, a.fch_gelu.data(), p.fcprojw, N, 4 * Ct, C);
+    gelu_backward(dfch, a.fch.data(), dfch, static_cast<int64_t>(N) * 4 * Ct);
+    matmul_backward(acts.dln.data(), g.fcw, g.fcb, dfch, a.ln2.data(), p.fcw, N, C, 4 * Ct);
+    if (tp > 1)
+      TensorAllReduce(tensor_sum, acts.dln.data(), NC);
     layernorm_backward(dres, g.ln2w, g.ln2b, acts.dln.data(), a.residual2.data(), p.ln2w,
                        a.ln2_mean.data(), a.ln2_rstd.data(), N, C);
     // Attention branch: residual2 = residual + attproj(attention(qkv(ln1(residual)))).
     matmul_backward(acts.datty.data(), g.attprojw, g.attprojb, dres, a.atty.data(), p.attprojw, N,
-                    C, C);
-    attention_backward(acts.dqkv.data(), acts.datty.data(), a.qkv.data(), a.att.data(), B, T, C,
-                       NH);
+                    Ct, C);
+    attention_backward(acts.dqkv.data(), acts.datty.data(), a.qkv.data(), a.att.data(), B, T, Ct,
+                       NHt);
     matmul_backward(acts.dln.data(), g.qkvw, g.qkvb, acts.dqkv.data(), a.ln1.data(), p.qkvw, N, C,
-                    3 * C);
+                    3 * Ct);
+    if (tp > 1)
+      TensorAllReduce(tensor_sum, acts.dln.data(), NC);
     layernorm_backward(dres, g.ln1w, g.ln1b, acts.dln.data(), residual, p.ln1w, a.ln1_mean.data(),
                        a.ln1_rstd.data(), N, C);
     if (block_done != nullptr)
-      (*block_done)(l);
+      (*block_done)(shard.first_layer + l);
   }
-  encoder_backward(grads.wte, grads.wpe, dres, tokens, B, T, C);
+  if (shard.embedding)
+    encoder_backward(grads.wte, grads.wpe, dres, tokens, B, T, C);
   if (block_done != nullptr)
     (*block_done)(-1);
 }
 
 template struct GptActivations<float>;
 template struct GptActivations<double>;
-template GptParams<float> BindParams<float>(const GptConfig&, float*);
-template GptParams<double> BindParams<double>(const GptConfig&, double*);
+template GptParams<float> BindParams<float>(const GptConfig&, float*, const GptShard&);
+template GptParams<double> BindParams<double>(const GptConfig&, double*, const GptShard&);
 template double GptForward<float>(const GptConfig&, const GptParams<float>&, GptActivations<float>&,
-                                  const int32_t*, const int32_t*, int, int);
+                                  const int32_t*, const int32_t*, int, int, const GptShard&,
+                                  const float*, const TensorSum*);
 template double GptForward<double>(const GptConfig&, const GptParams<double>&,
                                    GptActivations<double>&, const int32_t*, const int32_t*, int,
-                                   int);
+                                   int, const GptShard&, const double*, const TensorSum*);
 template void GptBackward<float>(const GptConfig&, const GptParams<float>&, const GptParams<float>&,
                                  GptActivations<float>&, const int32_t*, const int32_t*, int, int,
-                                 float, const std::function<void(int)>*);
+                                 float, const std::function<void(int)>*, const GptShard&,
+                                 const float*, const TensorSum*);
 template void GptBackward<double>(const GptConfig&, const GptParams<double>&,
                                   const GptParams<double>&, GptActivations<double>&, const int32_t*,
-                                  const int32_t*, int, int, double,
-                                  const std::function<void(int)>*);
+                                  const int32_t*, int, int, double, const std::function<void(int)>*,
+                                  const GptShard&, const double*, const TensorSum*);
 
 }  // namespace tessera::model::cpu
