@@ -5,9 +5,10 @@
 # tessera_ metric it exports is in docs/metrics.md, and every metric of that page's Training
 # table is exported.
 #
-# Panels over metrics this worker does not export at all (communication and pipeline metrics
-# need several ranks; the built-in trainer of this build trains one) are listed as such and
-# fail the test only with TESSERA_STRICT_PANELS=1.
+# Panels over metrics this worker does not export at all are listed as such and fail the test
+# (every metric of the dashboard is exported from the first scrape, the communication and
+# pipeline ones at zero in a one-rank job); TESSERA_STRICT_PANELS=0 lists them without
+# failing, for a dashboard drafted ahead of its metric.
 #
 # Loopback only: Prometheus listens on 127.0.0.1 and scrapes 127.0.0.1.
 # Environment: TESSERA_SOURCE_DIR, TESSERA_WORKER (the tessera-worker binary).
@@ -118,7 +119,7 @@ echo "ok: Prometheus scraped the worker"
 import json, os, re, sys, urllib.parse, urllib.request
 board, api, metrics_file = sys.argv[1:4]
 exported = set(re.findall(r"^# TYPE (tessera_\w+)", open(metrics_file).read(), re.M))
-strict = os.environ.get("TESSERA_STRICT_PANELS") == "1"
+strict = os.environ.get("TESSERA_STRICT_PANELS", "1") == "1"
 def base(name):
     for s in ("_bucket", "_sum", "_count"):
         if name.endswith(s) and name[: -len(s)] in exported:
