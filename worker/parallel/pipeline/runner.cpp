@@ -41,21 +41,52 @@ PipelineRunner::PipelineRunner(model::Gpt* model, std::shared_ptr<comm::ProcessG
   }
 }
 
-void PipelineRunner::WaitSends(int slot) {
+void PipelineRunner::WaitSends(int slot, PipelineStats* stats) {
+  const auto start = Clock::now();
   for (const std::shared_ptr<comm::Work>& w : slots_[slot].sends)
     w->wait();
   slots_[slot].sends.clear();
+  if (stats != nullptr)
+    stats->idle_seconds += Seconds(start);
+}
+
+void PipelineRunner::PostReceive(bool forward, int index, size_t count) {
+  if (forward ? first() : last())
+    return;
+  std::map<int, Receive>& pending = forward ? activations_in_ : gradients_in_;
+  if (pending.count(index))
+    return;
+  Receive& r = pending[index];
+  if (!spare_.empty()) {
+    r.data = std::move(spare_.back());
+    spare_.pop_back();
+  }
+  r.data.resize(count);
+  r.work = forward ? group_->recv(r.data.data(), count, comm::DataType::kFloat32, stage_ - 1,
+                                  ActivationTag(index))
+                   : group_->recv(r.data.data(), count, comm::DataType::kFloat32, stage_ + 1,
+                                  GradientTag(index));
+}
+
+std::vector<float> PipelineRunner::TakeReceive(bool forward, int index, size_t count,
+                                               PipelineStats* stats) {
+  PostReceive(forward, index, count);
+  std::map<int, Receive>& pending = forward ? activations_in_ : gradients_in_;
+  auto it = pending.find(index);
+  const auto start = Clock::now();
+  it->second.work->wait();
+  stats->idle_seconds += Seconds(start);
+  std::vector<float> data = std::move(it->second.data);
+  pending.erase(it);
+  return data;
 }
 
 void PipelineRunner::Forward(int index, int slot, const MicroBatch& batch, PipelineStats* stats) {
   SlotBuffers& buf = slots_[slot];
   const size_t n = static_cast<size_t>(batch.B) * batch.T * model_->config().d_model;
   if (!first()) {
-    buf.input.resize(n);
-    const auto start = Clock::now();
-    group_->recv(buf.input.data(), n, comm::DataType::kFloat32, stage_ - 1, ActivationTag(index))
-        ->wait();
-    stats->idle_seconds += Seconds(start);
+    spare_.push_back(std::move(buf.input));
+    buf.input = TakeReceive(true, index, n, stats);
   }
   const float loss = model_->Forward(batch.tokens, batch.targets, batch.B, batch.T, slot,
                                      first() ? std::span<const float>() : buf.input);
@@ -74,14 +105,9 @@ void PipelineRunner::Backward(int index, int slot, const MicroBatch& batch, floa
   SlotBuffers& buf = slots_[slot];
   const size_t n = static_cast<size_t>(batch.B) * batch.T * model_->config().d_model;
   if (!last()) {
-    buf.dout.resize(n);
-    const auto start = Clock::now();
-    group_->recv(buf.dout.data(), n, comm::DataType::kFloat32, stage_ + 1, GradientTag(index))
-        ->wait();
-    stats->idle_seconds += Seconds(start);
+    spare_.push_back(std::move(buf.dout));
+    buf.dout = TakeReceive(false, index, n, stats);
   }
-  // The activations sent forward are no longer read by anyone once the gradient came back,
-  // but the send's completion must still be collected before the slot is reused.
   model_->Backward(loss_scale, on_ready, slot, last() ? std::span<const float>() : buf.dout);
   if (!first()) {
     const std::span<const float> din = model_->input_gradient(slot);
@@ -105,18 +131,37 @@ PipelineStats PipelineRunner::Train(int micro_batches, const MicroBatchFn& load,
     free_slots.push_back(s);
   std::map<int, std::pair<int, MicroBatch>> alive;  // micro-batch -> (slot, its data)
   int backward_left = micro_batches;
-  for (const PipelineOp& op : ops) {
+  size_t count = 0;  // floats of one micro-batch's activations (the same for all)
+  for (size_t k = 0; k < ops.size(); k++) {
+    const PipelineOp& op = ops[k];
     if (op.kind == PipelineOp::kForward) {
       const int slot = free_slots.back();
       free_slots.pop_back();
-      WaitSends(slot);  // its buffers are about to be overwritten
+      WaitSends(slot, &stats);  // its buffers are about to be overwritten
       auto& [s, batch] = alive[op.micro_batch];
       s = slot;
       load(op.micro_batch, &batch);
-      Forward(op.micro_batch, slot, batch, &stats);
+      count = static_cast<size_t>(batch.B) * batch.T * model_->config().d_model;
+    }
+    // Post the receives the next forward and the next backward will need, so their
+    // transfers overlap this op's compute.
+    for (size_t j = k + 1; j < ops.size(); j++) {
+      if (ops[j].kind == PipelineOp::kForward) {
+        PostReceive(true, ops[j].micro_batch, count);
+        break;
+      }
+    }
+    for (size_t j = k + 1; j < ops.size(); j++) {
+      if (ops[j].kind == PipelineOp::kBackward) {
+        PostReceive(false, ops[j].micro_batch, count);
+        break;
+      }
+    }
+    auto it = alive.find(op.micro_batch);
+    const int slot = it->second.first;
+    if (op.kind == PipelineOp::kForward) {
+      Forward(op.micro_batch, slot, it->second.second, &stats);
     } else {
-      auto it = alive.find(op.micro_batch);
-      const int slot = it->second.first;
       --backward_left;
       Backward(op.micro_batch, slot, it->second.second, loss_scale,
                backward_left == 0 ? on_ready : model::GradientsReadyFn(), &stats);
@@ -124,10 +169,8 @@ PipelineStats PipelineRunner::Train(int micro_batches, const MicroBatchFn& load,
       free_slots.push_back(slot);
     }
   }
-  const auto drain = Clock::now();
   for (int s = 0; s < static_cast<int>(slots_.size()); s++)
-    WaitSends(s);
-  stats.idle_seconds += Seconds(drain);
+    WaitSends(s, &stats);
   stats.seconds = Seconds(start);
   return stats;
 }
@@ -139,14 +182,14 @@ double PipelineRunner::Evaluate(int micro_batches, const MicroBatchFn& load) {
   PipelineStats stats;
   MicroBatch batch;
   for (int i = 0; i < micro_batches; i++) {
-    WaitSends(0);
+    WaitSends(0, nullptr);
     load(i, &batch);
     const double before = stats.loss_sum;
     Forward(i, 0, batch, &stats);
     if (last())
       sum += (stats.loss_sum - before) * batch.B;
   }
-  WaitSends(0);
+  WaitSends(0, nullptr);
   return sum;
 }
 

@@ -1,11 +1,15 @@
 // Runs a pipeline schedule on this stage's model shard: for each op, receives the previous
 // stage's activations (or the next stage's gradients) through the pipeline group, computes,
-// and sends its own on asynchronously. Every stage of a pipeline (and every tensor-parallel
-// rank of a stage) runs the same step with the same schedule kind and micro-batch count.
+// and sends its own on asynchronously. The receive of the next forward's input and of the next
+// backward's gradient are posted one op ahead, so a transfer lands while this stage computes
+// and only a true dependency makes it wait. Every stage of a pipeline (and every
+// tensor-parallel rank of a stage) runs the same step with the same schedule kind and
+// micro-batch count.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <vector>
@@ -62,18 +66,33 @@ class PipelineRunner {
   double Evaluate(int micro_batches, const MicroBatchFn& load);
 
  private:
+  // A receive posted ahead of the op that consumes it.
+  struct Receive {
+    std::vector<float> data;
+    std::shared_ptr<comm::Work> work;
+  };
   void Forward(int index, int slot, const MicroBatch& batch, PipelineStats* stats);
   void Backward(int index, int slot, const MicroBatch& batch, float loss_scale,
                 const model::GradientsReadyFn& on_ready, PipelineStats* stats);
-  void WaitSends(int slot);
+  // Posts the receive of micro-batch `index`'s activations (forward) or output gradient
+  // (backward) unless it is posted already or this stage has no such neighbour.
+  void PostReceive(bool forward, int index, size_t count);
+  // Waits for that receive (the wait counts as idle) and hands over its buffer.
+  std::vector<float> TakeReceive(bool forward, int index, size_t count, PipelineStats* stats);
+  void WaitSends(int slot, PipelineStats* stats);
 
   model::Gpt* model_;
   std::shared_ptr<comm::ProcessGroup> group_;
   Schedule schedule_;
   int stage_ = 0;
   int stages_ = 1;
-  // Per activation slot: the received input and output gradient, and sends in flight that
-  // read the slot's buffers.
+  // Receives in flight, by micro-batch: activations from the previous stage, gradients from
+  // the next. Buffers come back to `spare_` once consumed.
+  std::map<int, Receive> activations_in_;
+  std::map<int, Receive> gradients_in_;
+  std::vector<std::vector<float>> spare_;
+  // Per activation slot: the received input and output gradient it computes with, and sends
+  // in flight that read the slot's buffers.
   struct SlotBuffers {
     std::vector<float> input;
     std::vector<float> dout;
