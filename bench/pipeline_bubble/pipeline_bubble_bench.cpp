@@ -23,15 +23,13 @@
 #include <functional>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include "worker/comm/gloo_process_group.h"
+#include "worker/comm/local_gang.h"
 #include "worker/model/gpt.h"
 #include "worker/parallel/pipeline/partition.h"
 #include "worker/parallel/pipeline/runner.h"
 #include "worker/parallel/pipeline/schedule.h"
-#include "worker/rendezvous/store_server.h"
 
 namespace {
 
@@ -61,52 +59,39 @@ Result Measure(const Options& o, int p, int m, parallel::Schedule schedule) {
   const model::GptConfig config{o.layers, o.d_model, o.d_model / 32, o.seq_len, kVocab};
   const std::vector<parallel::StageLayers> split =
       parallel::PartitionStages(parallel::GptLayerCosts(config, o.seq_len), p);
-  rendezvous::StoreServerOptions so;
-  so.host = "127.0.0.1";
-  so.port = 0;
-  auto server = rendezvous::StoreServer::Start(so);
   std::vector<double> stage_bubble(p, 0.0);
   std::vector<int64_t> stage_bytes(p, 0);
-  std::vector<std::thread> threads;
-  for (int s = 0; s < p; s++) {
-    threads.emplace_back([&, s] {
-      omp_set_num_threads(1);
-      rendezvous::StoreClientOptions co;
-      co.port = server->port();
-      co.connect_timeout = co.timeout = 60s;
-      rendezvous::StoreClient client(co);
-      comm::GlooOptions go;
-      go.comm.timeout = 120s;
-      auto group = comm::CreateGlooProcessGroup(client, s, p, go);
-      model::Gpt gpt(config, {.first_layer = split[s].first,
-                              .end_layer = split[s].end,
-                              .embedding = s == 0,
-                              .head = s == p - 1});
-      gpt.InitParameters(1);
-      parallel::PipelineRunner runner(&gpt, group, schedule);
-      const auto load = [&](int i, parallel::MicroBatch* mb) {
-        std::mt19937_64 rng(static_cast<uint64_t>(i) + 1);
-        mb->B = o.micro_batch;
-        mb->T = o.seq_len;
-        mb->tokens.resize(static_cast<size_t>(mb->B) * mb->T);
-        mb->targets.resize(mb->tokens.size());
-        for (size_t k = 0; k < mb->tokens.size(); k++) {
-          mb->tokens[k] = static_cast<int32_t>(rng() % kVocab);
-          mb->targets[k] = static_cast<int32_t>(rng() % kVocab);
+  comm::RunThreadGang(
+      p,
+      [&](int s, std::shared_ptr<comm::ProcessGroup> group) {
+        omp_set_num_threads(1);
+        model::Gpt gpt(config, {.first_layer = split[s].first,
+                                .end_layer = split[s].end,
+                                .embedding = s == 0,
+                                .head = s == p - 1});
+        gpt.InitParameters(1);
+        parallel::PipelineRunner runner(&gpt, group, schedule);
+        const auto load = [&](int i, parallel::MicroBatch* mb) {
+          std::mt19937_64 rng(static_cast<uint64_t>(i) + 1);
+          mb->B = o.micro_batch;
+          mb->T = o.seq_len;
+          mb->tokens.resize(static_cast<size_t>(mb->B) * mb->T);
+          mb->targets.resize(mb->tokens.size());
+          for (size_t k = 0; k < mb->tokens.size(); k++) {
+            mb->tokens[k] = static_cast<int32_t>(rng() % kVocab);
+            mb->targets[k] = static_cast<int32_t>(rng() % kVocab);
+          }
+        };
+        for (int step = 0; step <= o.steps; step++) {
+          gpt.ZeroGradients();
+          group->barrier()->wait();  // every stage starts the step together
+          const parallel::PipelineStats stats = runner.Train(m, load, 1.0f / m);
+          if (step > 0)
+            stage_bubble[s] += stats.bubble() / o.steps;
         }
-      };
-      for (int step = 0; step <= o.steps; step++) {
-        gpt.ZeroGradients();
-        group->barrier()->wait();  // every stage starts the step together
-        const parallel::PipelineStats stats = runner.Train(m, load, 1.0f / m);
-        if (step > 0)
-          stage_bubble[s] += stats.bubble() / o.steps;
-      }
-      stage_bytes[s] = gpt.activation_bytes();
-    });
-  }
-  for (std::thread& t : threads)
-    t.join();
+        stage_bytes[s] = gpt.activation_bytes();
+      },
+      std::chrono::seconds(120));
   Result r;
   for (int s = 0; s < p; s++) {
     r.bubble += stage_bubble[s] / p;

@@ -13,7 +13,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
+#include <mutex>
 #include <stdexcept>
+#include <thread>
+
+#include "worker/comm/gloo_process_group.h"
+#include "worker/rendezvous/store_server.h"
 
 namespace tessera::comm {
 namespace {
@@ -139,6 +145,40 @@ std::vector<RankExit> RunLocalGang(int ranks, const RankMain& main,
     ::close(outputs[r]);
   }
   return results;
+}
+
+void RunThreadGang(int ranks,
+                   const std::function<void(int rank, std::shared_ptr<ProcessGroup> group)>& fn,
+                   std::chrono::milliseconds timeout) {
+  rendezvous::StoreServerOptions so;
+  so.host = "127.0.0.1";
+  so.port = 0;
+  auto server = rendezvous::StoreServer::Start(so);
+  std::mutex mu;
+  std::exception_ptr first_error;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        rendezvous::StoreClientOptions co;
+        co.port = server->port();
+        co.connect_timeout = co.timeout = timeout;
+        rendezvous::StoreClient client(co);
+        GlooOptions go;
+        go.host = "127.0.0.1";
+        go.comm.timeout = timeout;
+        fn(r, CreateGlooProcessGroup(client, r, ranks, go));
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!first_error)
+          first_error = std::current_exception();
+      }
+    });
+  }
+  for (std::thread& t : threads)
+    t.join();
+  if (first_error)
+    std::rethrow_exception(first_error);
 }
 
 }  // namespace tessera::comm

@@ -2,12 +2,16 @@
 // groups: binds the store's port first (so it is free and race-free), hands the listening
 // socket to rank 0, captures each rank's output and reaps them all by a deadline.
 // It is not the job launcher (`tessera run`), which execs the trainer with the env contract.
+// RunThreadGang is the in-process variant: one thread per rank, each with its own Gloo group.
 #pragma once
 
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "worker/comm/process_group.h"
 
 namespace tessera::comm {
 
@@ -30,5 +34,13 @@ using RankMain = std::function<int(int rank, int listen_fd, int port)>;
 // process. Results are indexed by rank. Throws std::runtime_error when it cannot fork/bind.
 std::vector<RankExit> RunLocalGang(int ranks, const RankMain& main,
                                    std::chrono::milliseconds deadline);
+
+// Runs fn(rank, group) on `ranks` threads of this process, each with its own store client and
+// Gloo group on loopback (rank 0's store served by this call), and joins them. `timeout`
+// bounds connecting and every operation. Exceptions thrown by fn are rethrown here (the first
+// one) after all threads ended.
+void RunThreadGang(int ranks,
+                   const std::function<void(int rank, std::shared_ptr<ProcessGroup> group)>& fn,
+                   std::chrono::milliseconds timeout = std::chrono::seconds(20));
 
 }  // namespace tessera::comm

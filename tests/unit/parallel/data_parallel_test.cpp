@@ -5,10 +5,9 @@
 #include <numeric>
 #include <thread>
 
-#include "worker/comm/gloo_process_group.h"
+#include "worker/comm/local_gang.h"
 #include "worker/parallel/data/bucket_reducer.h"
 #include "worker/parallel/data/zero.h"
-#include "worker/rendezvous/store_server.h"
 
 namespace tessera::parallel {
 namespace {
@@ -38,27 +37,9 @@ TEST(ZeroLayout, ShardsTileTheBufferInRankOrder) {
   EXPECT_EQ((ZeroLayout{3, 4}).shard(3).size(), 0);  // more ranks than values: empty shards
 }
 
-// Runs fn(rank, group) on `ranks` threads, each with its own store client and Gloo group.
+// Runs fn(rank, group) on `ranks` threads, each with its own Gloo group.
 void OnGroup(int ranks, const std::function<void(int, comm::ProcessGroup&)>& fn) {
-  rendezvous::StoreServerOptions so;
-  so.host = "127.0.0.1";
-  so.port = 0;
-  auto server = rendezvous::StoreServer::Start(so);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < ranks; ++r) {
-    threads.emplace_back([&, r] {
-      rendezvous::StoreClientOptions co;
-      co.port = server->port();
-      co.connect_timeout = co.timeout = 20s;
-      rendezvous::StoreClient client(co);
-      comm::GlooOptions go;
-      go.comm.timeout = 20s;
-      auto group = comm::CreateGlooProcessGroup(client, r, ranks, go);
-      fn(r, *group);
-    });
-  }
-  for (std::thread& t : threads)
-    t.join();
+  comm::RunThreadGang(ranks, [&](int r, std::shared_ptr<comm::ProcessGroup> g) { fn(r, *g); });
 }
 
 TEST(BucketReducer, AveragesEveryBucketWhateverTheReportOrder) {

@@ -10,13 +10,12 @@
 #include <set>
 #include <thread>
 
-#include "worker/comm/gloo_process_group.h"
+#include "worker/comm/local_gang.h"
 #include "worker/model/gpt.h"
 #include "worker/parallel/pipeline/partition.h"
 #include "worker/parallel/pipeline/runner.h"
 #include "worker/parallel/pipeline/schedule.h"
 #include "worker/parallel/tensor/tensor_parallel.h"
-#include "worker/rendezvous/store_server.h"
 
 namespace tessera::parallel {
 namespace {
@@ -131,27 +130,7 @@ void ExpectGradientsMatch(const model::Gpt& shard_model, std::span<const float> 
   }
 }
 
-// Runs fn(rank, group) on `ranks` threads, each with its own store client and Gloo group.
-void OnGroup(int ranks, const std::function<void(int, std::shared_ptr<comm::ProcessGroup>)>& fn) {
-  rendezvous::StoreServerOptions so;
-  so.host = "127.0.0.1";
-  so.port = 0;
-  auto server = rendezvous::StoreServer::Start(so);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < ranks; ++r) {
-    threads.emplace_back([&, r] {
-      rendezvous::StoreClientOptions co;
-      co.port = server->port();
-      co.connect_timeout = co.timeout = 20s;
-      rendezvous::StoreClient client(co);
-      comm::GlooOptions go;
-      go.comm.timeout = 20s;
-      fn(r, comm::CreateGlooProcessGroup(client, r, ranks, go));
-    });
-  }
-  for (std::thread& t : threads)
-    t.join();
-}
+constexpr auto OnGroup = [](int ranks, const auto& fn) { comm::RunThreadGang(ranks, fn); };
 
 TEST(ShardedGpt, InitialisationIsTheWholeModelsSliced) {
   model::Gpt whole(kConfig);
