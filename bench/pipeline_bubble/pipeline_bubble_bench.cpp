@@ -39,9 +39,9 @@ using namespace std::chrono_literals;
 constexpr int kVocab = 64;
 
 struct Options {
-  int steps = 6;  // measured steps, after one warm-up step
+  int steps = 4;  // measured steps, after one warm-up step
   int layers = 8;
-  int d_model = 128;
+  int d_model = 256;
   int micro_batch = 4;  // sequences per micro-batch
   int seq_len = 64;
 };

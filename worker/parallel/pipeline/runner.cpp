@@ -171,6 +171,14 @@ PipelineStats PipelineRunner::Train(int micro_batches, const MicroBatchFn& load,
   }
   for (int s = 0; s < static_cast<int>(slots_.size()); s++)
     WaitSends(s, &stats);
+  // The step ends for every stage when the last one is done: the first stage finishes with
+  // the drain's last backward, the last stage long before it. Without this common end a
+  // stage's bubble would leave out the idle tail of the step.
+  if (group_) {
+    const auto end = Clock::now();
+    group_->barrier()->wait();
+    stats.idle_seconds += Seconds(end);
+  }
   stats.seconds = Seconds(start);
   return stats;
 }
