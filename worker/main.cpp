@@ -122,9 +122,14 @@ struct World {
 Status JoinWorld(const tessera::train::RankContext& rank, World* world) {
   namespace rdzv = tessera::rendezvous;
   namespace comm = tessera::comm;
+  rdzv::StoreClientOptions client;
+  try {
+    client = rdzv::StoreClientOptions::FromEnv();
+  } catch (const rdzv::StoreError& e) {
+    return BadConfig(e.what());  // a missing or malformed variable, not a lost peer
+  }
   try {
     const comm::GlooOptions gloo = comm::GlooOptions::FromEnv();
-    const rdzv::StoreClientOptions client = rdzv::StoreClientOptions::FromEnv();
     world->timeout = gloo.comm.timeout;
     if (rank.rank == 0) {
       rdzv::StoreServerOptions options;
