@@ -3,7 +3,9 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <future>
+#include <atomic>
+#include <functional>
+#include <thread>
 
 #include "api/contract.h"
 #include "controller/reconcile/job_view.h"
@@ -72,6 +74,72 @@ void Earliest(std::optional<milliseconds>& current, std::optional<milliseconds> 
     current = candidate;
 }
 
+// What the pod cache keeps (informer transform): metadata, status, spec.nodeName and
+// spec.terminationGracePeriodSeconds, all the controller reads back (observe.h, the indexes,
+// progress). The rest of the spec (containers, the contract's environment, volumes) is most of
+// a worker pod, and keeping it would make the cache several times larger.
+void TrimPod(Json& pod) {
+  k8s::StripManagedFields(pod);
+  auto spec = pod.find("spec");
+  if (spec == pod.end() || !spec->is_object())
+    return;
+  Json kept = Json::object();
+  for (const char* field : {"nodeName", "terminationGracePeriodSeconds"}) {
+    auto it = spec->find(field);
+    if (it != spec->end())
+      kept[field] = std::move(*it);
+  }
+  *spec = std::move(kept);
+}
+
+// What the node cache keeps: metadata and status.conditions (readiness); images, capacity,
+// addresses and the rest are never read.
+void TrimNode(Json& node) {
+  k8s::StripManagedFields(node);
+  node.erase("spec");
+  auto status = node.find("status");
+  if (status == node.end() || !status->is_object())
+    return;
+  Json kept = Json::object();
+  if (auto it = status->find("conditions"); it != status->end())
+    kept["conditions"] = std::move(*it);
+  *status = std::move(kept);
+}
+
+// Runs task(0) .. task(n - 1), up to `parallelism` at once (the calling thread is one of the
+// runners): a runner takes the next index as soon as it is free, so one slow request does not
+// hold back the others. After the first failure no further task starts. Returns the failure
+// of the lowest index that failed, or nullopt.
+std::optional<std::string> RunEach(size_t n, int parallelism,
+                                   const std::function<std::optional<std::string>(size_t)>& task) {
+  std::vector<std::optional<std::string>> errors(n);
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  auto run = [&] {
+    for (size_t i = next++; i < n && !failed; i = next++) {
+      try {
+        errors[i] = task(i);
+      } catch (const std::exception& e) {
+        errors[i] = std::string("internal error: ") + e.what();
+      }
+      if (errors[i])
+        failed = true;
+    }
+  };
+  const size_t runners = std::min(n, static_cast<size_t>(std::max(1, parallelism)));
+  std::vector<std::thread> threads;
+  for (size_t r = 1; r < runners; ++r)
+    threads.emplace_back(run);
+  run();
+  for (auto& t : threads)
+    t.join();
+  for (auto& e : errors) {
+    if (e)
+      return e;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 k8s::ResourceRef TrainingJobs(std::string ns) {
@@ -101,9 +169,12 @@ Controller::Controller(k8s::RestClient& client, EventSink& events, ControllerMet
   const std::string& ns = options_.namespace_;
   jobs_ = std::make_unique<k8s::Informer>(client_, TrainingJobs(ns),
                                           informer_options("trainingjobs", ""));
-  pods_ = std::make_unique<k8s::Informer>(client_, k8s::Pods(ns),
-                                          informer_options("pods", api::kLabelJobName));
-  nodes_ = std::make_unique<k8s::Informer>(client_, k8s::Nodes(), informer_options("nodes", ""));
+  k8s::InformerOptions pod_options = informer_options("pods", api::kLabelJobName);
+  pod_options.transform = TrimPod;
+  pods_ = std::make_unique<k8s::Informer>(client_, k8s::Pods(ns), std::move(pod_options));
+  k8s::InformerOptions node_options = informer_options("nodes", "");
+  node_options.transform = TrimNode;
+  nodes_ = std::make_unique<k8s::Informer>(client_, k8s::Nodes(), std::move(node_options));
 
   jobs_->AddHandlers({
       .on_add = [this](const k8s::ObjectPtr& job) { Enqueue(k8s::KeyOf(*job)); },
@@ -267,6 +338,7 @@ void Controller::Worker() {
         break;
     }
     queue_.Done(*key);
+    spdlog::debug("reconcile {}: {} in {:.3f} ms", *key, result, seconds * 1000);
     if (metrics_) {
       metrics_->ObserveReconcile(result, seconds);
       metrics_->SetWorkqueueDepth(static_cast<double>(queue_.Len()));
@@ -308,37 +380,56 @@ k8s::Result<std::optional<lifecycle::Observation::Blocker>> Controller::Creation
 std::optional<std::string> Controller::CreatePods(const std::string& key, const Json& job,
                                                   const std::vector<Json>& pods) {
   const std::string ns = MetaString(job, "namespace");
-  auto create_one = [this, &key, &ns](const Json& pod) -> std::optional<std::string> {
-    const std::string name = pod["metadata"]["name"];
-    expectations_.ExpectCreation(key, name);
-    auto created = client_.Create(k8s::Pods(ns), pod);
-    if (created.ok())
-      return std::nullopt;
-    expectations_.CreationFailed(key, name);
-    if (created.error().IsAlreadyExists())
-      return std::nullopt;  // an earlier decision's create went through: done
-    return "create pod " + ns + "/" + name + ": " + created.error().ToString();
-  };
-  std::optional<std::string> first_error;
-  const size_t batch = static_cast<size_t>(std::max(1, options_.max_parallel_creates));
-  for (size_t begin = 0; begin < pods.size(); begin += batch) {
-    const size_t end = std::min(pods.size(), begin + batch);
-    if (end - begin == 1) {
-      if (auto err = create_one(pods[begin]); err && !first_error)
-        first_error = err;
-      continue;
-    }
-    std::vector<std::future<std::optional<std::string>>> inflight;
-    for (size_t i = begin; i < end; ++i)
-      inflight.push_back(std::async(std::launch::async, create_one, std::cref(pods[i])));
-    for (auto& f : inflight) {
-      if (auto err = f.get(); err && !first_error)
-        first_error = err;
-    }
-    if (first_error)
-      break;  // the rest would most likely fail the same way
+  return RunEach(pods.size(), options_.max_parallel_creates,
+                 [this, &key, &ns, &pods](size_t i) -> std::optional<std::string> {
+                   const Json& pod = pods[i];
+                   const std::string name = pod["metadata"]["name"];
+                   expectations_.ExpectCreation(key, name);
+                   auto created = client_.Create(k8s::Pods(ns), pod);
+                   if (created.ok())
+                     return std::nullopt;
+                   expectations_.CreationFailed(key, name);
+                   if (created.error().IsAlreadyExists())
+                     return std::nullopt;  // an earlier decision's create went through: done
+                   return "create pod " + ns + "/" + name + ": " + created.error().ToString();
+                 });
+}
+
+std::optional<std::string> Controller::PrepareAttempt(const api::TrainingJob& job,
+                                                      int64_t attempt) {
+  const std::string& ns = job.metadata.name_space;
+  std::vector<std::function<std::optional<std::string>()>> steps;
+  if (const std::optional<PodGroupApi> pg = PodGroupApiOf(job)) {
+    steps.push_back([this, pg, &job, &ns]() -> std::optional<std::string> {
+      auto err =
+          EnsureCreated({pg->group, pg->version, pg->resource, ns, ""}, DesiredPodGroup(job));
+      if (err)
+        discovery_.Invalidate(pg->group, pg->version);  // the CRD may have gone meanwhile
+      return err;
+    });
   }
-  return first_error;
+  steps.push_back(
+      [this, &job, &ns] { return EnsureCreated(k8s::Services(ns), DesiredService(job)); });
+  steps.push_back([this, &job, &ns] {
+    return EnsureCreated(k8s::Secrets(ns), DesiredSecret(job, NewRendezvousToken()));
+  });
+  if (RunsBuiltInTrainer(job)) {
+    steps.push_back([this, &job, &ns, attempt] {
+      return EnsureCreated(k8s::ConfigMaps(ns), DesiredTrainerConfigMap(job, attempt));
+    });
+  }
+  if (attempt > 0) {
+    // The previous attempt's configuration; older ones went with their own successors (the
+    // garbage collector takes any left with the job).
+    steps.push_back([this, &job, &ns, attempt]() -> std::optional<std::string> {
+      const std::string name = TrainerConfigMapName(job.metadata.name, attempt - 1);
+      auto deleted = client_.Delete(k8s::ConfigMaps(ns).Named(name), {});
+      if (deleted.ok() || deleted.error().IsNotFound())
+        return std::nullopt;
+      return "delete configmap " + ns + "/" + name + ": " + deleted.error().ToString();
+    });
+  }
+  return RunEach(steps.size(), steps.size(), [&steps](size_t i) { return steps[i](); });
 }
 
 ReconcileOutcome Controller::Reconcile(const std::string& key) {
@@ -477,19 +568,11 @@ ReconcileOutcome Controller::Reconcile(const std::string& key) {
         }
       }
     } else if (const auto* create = std::get_if<lifecycle::CreateWorkers>(&action)) {
-      // The PodGroup, Service and Secret go first, once per attempt: creating them is cheap
-      // and an existing one counts, so the controller needs neither to read nor watch them.
-      if (const std::optional<PodGroupApi> pg = PodGroupApiOf(view.job)) {
-        err = EnsureCreated({pg->group, pg->version, pg->resource, ns, ""},
-                            DesiredPodGroup(view.job));
-        if (err)
-          discovery_.Invalidate(pg->group, pg->version);  // the CRD may have gone meanwhile
-      }
-      if (!err)
-        err = EnsureCreated(k8s::Services(ns), DesiredService(view.job));
-      if (!err) {
-        err = EnsureCreated(k8s::Secrets(ns), DesiredSecret(view.job, NewRendezvousToken()));
-      }
+      // The PodGroup, Service, Secret and trainer ConfigMap go first, at once, for every
+      // create: creating them is cheap and an existing one counts, so the controller needs
+      // neither to read nor watch them.
+      err = PrepareAttempt(view.job, create->attempt);
+
       if (err) {
         out.result = ReconcileOutcome::Result::kError;
         out.error = *err;

@@ -106,6 +106,11 @@ class Controller {
   // failed.
   k8s::Result<std::optional<lifecycle::Observation::Blocker>> CreationBlocker(
       const JobView& view, const lifecycle::Decision& decision);
+  // Creates what an attempt's pods need, concurrently: the PodGroup (with a gang scheduler),
+  // Service, Secret and, with the built-in trainer, the attempt's ConfigMap; deletes the
+  // previous attempt's ConfigMap. The first error, or nullopt.
+  std::optional<std::string> PrepareAttempt(const api::TrainingJob& job, int64_t attempt);
+  // Creates `pods` (expecting each), up to max_parallel_creates at once; the first error.
   std::optional<std::string> CreatePods(const std::string& key, const nlohmann::json& job,
                                         const std::vector<nlohmann::json>& pods);
   void UpdatePhaseCounts(const std::string& key, const std::string& phase);

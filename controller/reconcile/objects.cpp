@@ -5,7 +5,9 @@
 #include <cstdlib>
 #include <set>
 
+#include "api/codec.h"
 #include "api/contract.h"
+#include "api/crd.h"
 #include "api/version.h"
 
 namespace tessera::reconcile {
@@ -102,6 +104,36 @@ void AddPort(Json& container, const std::string& name, int64_t port) {
   ports.push_back({{"name", name}, {"containerPort", port}, {"protocol", "TCP"}});
 }
 
+// Sets `entry` (matched by its "name", or by `key` == entry[key]) in the array `list`,
+// replacing every element with the same name or the same `key` value.
+void ReplaceEntry(Json& list, const Json& entry, const char* key) {
+  if (!list.is_array())
+    list = Json::array();
+  Json kept = Json::array();
+  for (const Json& e : list) {
+    const bool same_name = e.value("name", "") == entry["name"];
+    const bool same_key = key != nullptr && e.contains(key) && e[key] == entry[key];
+    if (!same_name && !same_key)
+      kept.push_back(e);
+  }
+  kept.push_back(entry);
+  list = std::move(kept);
+}
+
+// The built-in trainer's entry point, and its configuration mounted from the attempt's
+// ConfigMap.
+void SetTrainerCommand(Json& spec, Json& container, const api::TrainingJob& job, int64_t attempt) {
+  container["command"] = Json::array({"tessera-worker", "agent", "--config", kTrainerConfigPath});
+  ReplaceEntry(
+      container["volumeMounts"],
+      Json{{"name", kTrainerConfigVolume}, {"mountPath", kTrainerConfigDir}, {"readOnly", true}},
+      "mountPath");
+  ReplaceEntry(spec["volumes"],
+               Json{{"name", kTrainerConfigVolume},
+                    {"configMap", {{"name", TrainerConfigMapName(job.metadata.name, attempt)}}}},
+               nullptr);
+}
+
 }  // namespace
 
 std::string DefaultWorkerImage() {
@@ -180,6 +212,32 @@ Json DesiredSecret(const api::TrainingJob& job, const std::string& token) {
               {"stringData", {{api::kRendezvousTokenKey, token}}}};
 }
 
+std::string TrainerConfigMapName(const std::string& job_name, int64_t attempt) {
+  return job_name + "-config-" + std::to_string(attempt);
+}
+
+bool RunsBuiltInTrainer(const api::TrainingJob& job) {
+  return job.spec.trainer.has_value();
+}
+
+Json DesiredTrainerConfigMap(const api::TrainingJob& job, int64_t attempt) {
+  const Json encoded = api::EncodeJson(job);
+  Json spec = encoded.value("spec", Json::object());
+  spec.erase("template");
+  // ordered_json keeps apiVersion and kind first, as a person would write the file.
+  nlohmann::ordered_json document;
+  document["apiVersion"] = api::kApiVersion;
+  document["kind"] = api::kKind;
+  document["metadata"] = {{"name", job.metadata.name}, {"namespace", job.metadata.name_space}};
+  document["spec"] = nlohmann::ordered_json::parse(spec.dump());
+  Json meta = ObjectMeta(job, TrainerConfigMapName(job.metadata.name, attempt));
+  meta["labels"][api::kLabelAttempt] = std::to_string(attempt);
+  return Json{{"apiVersion", "v1"},
+              {"kind", "ConfigMap"},
+              {"metadata", meta},
+              {"data", {{kTrainerConfigKey, api::ToYaml(document)}}}};
+}
+
 std::string NewRendezvousToken() {
   unsigned char bytes[32];
   if (RAND_bytes(bytes, sizeof(bytes)) != 1)
@@ -241,6 +299,8 @@ Json DesiredPod(const api::TrainingJob& job, int64_t index, int64_t attempt) {
   SetGpus(container, job.spec.gpus_per_worker);
   AddPort(container, "rendezvous", api::kRendezvousPort);
   AddPort(container, "metrics", job.spec.metrics.port);
+  if (RunsBuiltInTrainer(job))
+    SetTrainerCommand(spec, container, job, attempt);
 
   return Json{{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", meta}, {"spec", spec}};
 }

@@ -1,6 +1,7 @@
 // The Kubernetes objects a TrainingJob owns (DESIGN.md §3), as pure functions of the job: the
-// headless Service, the rendezvous Secret and the worker Pods. Nothing here talks to a server,
-// reads a clock or keeps state; reconcile.h decides when to create or delete them.
+// headless Service, the rendezvous Secret, the built-in trainer's ConfigMap and the worker Pods.
+// Nothing here talks to a server, reads a clock or keeps state; reconcile.h decides when to create
+// or delete them.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -54,6 +55,29 @@ Json DesiredService(const api::TrainingJob& job);
 // The Secret `J-rendezvous` holding `token` under the key `token` (api/contract.h).
 Json DesiredSecret(const api::TrainingJob& job, const std::string& token);
 
+// Where a worker pod of a job with spec.trainer finds its configuration: the ConfigMap
+// TrainerConfigMapName(J, attempt), key kTrainerConfigKey, mounted read-only at
+// kTrainerConfigDir; the container runs `tessera-worker agent --config kTrainerConfigPath`.
+inline constexpr char kTrainerConfigKey[] = "job.yaml";
+inline constexpr char kTrainerConfigDir[] = "/etc/tessera";
+inline constexpr char kTrainerConfigPath[] = "/etc/tessera/job.yaml";
+inline constexpr char kTrainerConfigVolume[] = "tessera-config";
+
+// `J-config-<attempt>`: one per attempt, so an attempt's pods read the spec the attempt was
+// started with, even if the job is edited while it runs.
+std::string TrainerConfigMapName(const std::string& job_name, int64_t attempt);
+
+// Whether worker pods of `job` run the built-in trainer: spec.trainer is set (validation
+// refuses it together with a command in the worker container).
+bool RunsBuiltInTrainer(const api::TrainingJob& job);
+
+// The ConfigMap TrainerConfigMapName(J, attempt) of a job with spec.trainer (ApplyDefaults
+// already applied), owned by the job, labelled like the Service plus tessera.dev/attempt. Key
+// kTrainerConfigKey holds the job as a TrainingJob YAML document (apiVersion, kind,
+// metadata.name and namespace, and spec without spec.template), the file `tessera-worker
+// --config` reads and checks like `tessera validate`.
+Json DesiredTrainerConfigMap(const api::TrainingJob& job, int64_t attempt);
+
 // A fresh random rendezvous token: 32 bytes from the system's CSPRNG, hex encoded (64
 // characters). Never empty: aborts if no random bytes can be had (an internal invariant).
 std::string NewRendezvousToken();
@@ -73,7 +97,12 @@ std::string NewRendezvousToken();
 //    (api::WorkerEnvironment) after its own variables, replacing any of the same name, with
 //    TESSERA_RDZV_TOKEN read from the Secret (valueFrom.secretKeyRef), nvidia.com/gpu
 //    requests and limits = gpusPerWorker (when > 0), and named ports rendezvous and metrics
-//    unless the template already declares those ports.
+//    unless the template already declares those ports;
+//  - with the built-in trainer (RunsBuiltInTrainer): that container's command is
+//    `tessera-worker agent --config /etc/tessera/job.yaml` (its `args`, if any, follow, e.g.
+//    `--threads 2`), and the ConfigMap TrainerConfigMapName(J, attempt) is mounted read-only at
+//    /etc/tessera as the volume `tessera-config` (replacing a volume or mount of that name or
+//    path in the template).
 Json DesiredPod(const api::TrainingJob& job, int64_t index, int64_t attempt);
 
 }  // namespace tessera::reconcile

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The vertical slice: an applied TrainingJob yields its headless Service, its rendezvous
 # Secret and N worker pods with exactly the contract's environment, labels and owner; once kwok
-# runs the pods the job is Running with its conditions. The controller runs as a user bound
+# runs the pods the job is Running with its conditions. A job with the built-in trainer also
+# gets its attempt's ConfigMap, mounted in every pod, and pods that run `tessera-worker agent`
+# on it; deleting the job garbage-collects the ConfigMap. The controller runs as a user bound
 # only to manifests/rbac/.
 source "$TESSERA_SOURCE_DIR/tests/cluster/lib.sh"
 source "$TESSERA_SOURCE_DIR/tests/cluster/controller/controller_lib.sh"
@@ -80,3 +82,83 @@ for m in tessera_controller_reconcile_total tessera_controller_reconcile_duratio
   grep -qF "$m" <<<"$metrics" || fail "metric $m missing from /metrics"
 done
 echo "ok: metrics served"
+
+# A job running its own command gets no trainer ConfigMap and keeps its command.
+expect_eq '["/bin/true"]' "$(kns get pod gpt-worker-0 -o jsonpath='{.spec.containers[0].command}')" \
+  "own command kept"
+expect_eq "" "$(kns get pod gpt-worker-0 -o jsonpath='{.spec.volumes[?(@.name=="tessera-config")].name}')" \
+  "no trainer config volume on an own-command pod"
+expect_eq 0 "$(kns get configmaps -l tessera.dev/job-name=gpt -o name | wc -l)" "ConfigMaps of job gpt"
+
+# The built-in trainer: the ConfigMap of attempt 0, then pods running the agent on it.
+kns apply -f - <<YAML
+apiVersion: tessera.dev/v1alpha1
+kind: TrainingJob
+metadata:
+  name: tiny
+spec:
+  workers: 2
+  parallelism: {data: 2}
+  trainer:
+    model: {layers: 2, dModel: 64, heads: 4, seqLen: 64}
+    data: {path: /data/tiny.txt}
+    batch: {global: 16}
+    schedule: {steps: 10}
+  template:
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers:
+      - name: worker
+        image: tessera/worker:test
+        args: [--threads, "1"]
+YAML
+tiny_uid=$(job_field tiny '{.metadata.uid}')
+wait_for 60 "2 pods of job tiny" bash -c "[ \$(kubectl -n $TEST_NAMESPACE get pods -l tessera.dev/job-name=tiny -o name | wc -l) -eq 2 ]"
+cm=$(kns get configmap tiny-config-0 -o json)
+expect_eq "$tiny_uid True" \
+  "$(json_get '" ".join(str(d["metadata"]["ownerReferences"][0][k]) for k in ("uid", "controller"))' <<<"$cm")" \
+  "ConfigMap owner"
+expect_eq "tiny 0" \
+  "$(json_get 'd["metadata"]["labels"]["tessera.dev/job-name"] + " " + d["metadata"]["labels"]["tessera.dev/attempt"]' <<<"$cm")" \
+  "ConfigMap labels"
+# job.yaml is the job as a TrainingJob file: its trainer, no pod template.
+job_yaml=$(json_get 'd["data"]["job.yaml"]' <<<"$cm")
+expect_eq "TrainingJob tiny $TEST_NAMESPACE 2 /data/tiny.txt 10 False" \
+  "$(/usr/bin/python3 -c 'import sys, yaml; d = yaml.safe_load(sys.stdin); s = d["spec"]; print(d["kind"], d["metadata"]["name"], d["metadata"]["namespace"], s["trainer"]["model"]["layers"], s["trainer"]["data"]["path"], s["trainer"]["schedule"]["steps"], "template" in s)' <<<"$job_yaml")" \
+  "ConfigMap job.yaml"
+for i in 0 1; do
+  pod=$(kns get pod "tiny-worker-$i" -o json)
+  get() { json_get "$1" <<<"$pod"; }
+  expect_eq "tessera-worker agent --config /etc/tessera/job.yaml --threads 1" \
+    "$(get '" ".join(d["spec"]["containers"][0]["command"] + d["spec"]["containers"][0]["args"])')" \
+    "worker $i command and args"
+  expect_eq "tessera-config /etc/tessera True" \
+    "$(get '" ".join(str(m[k]) for m in d["spec"]["containers"][0]["volumeMounts"] if m["name"] == "tessera-config" for k in ("name", "mountPath", "readOnly"))')" \
+    "worker $i config mount"
+  expect_eq "tiny-config-0" \
+    "$(get '[v["configMap"]["name"] for v in d["spec"]["volumes"] if v["name"] == "tessera-config"][0]')" \
+    "worker $i config volume"
+done
+wait_phase 60 tiny Running
+printf -- '---- job.yaml of tiny-config-0\n%s\n----\n' "$job_yaml"
+
+# A gang restart: attempt 1 gets its own ConfigMap, and attempt 0's is deleted.
+kns label pod tiny-worker-1 tessera.dev/fail-exit-code=3
+tiny_attempt1() {
+  [ "$(kns get pods -l tessera.dev/job-name=tiny,tessera.dev/attempt=1 -o name | wc -l)" -eq 2 ] &&
+    [ "$(kns get pods -l tessera.dev/job-name=tiny,tessera.dev/attempt=0 -o name | wc -l)" -eq 0 ]
+}
+wait_for 60 "job tiny's gang replaced by attempt 1" tiny_attempt1
+expect_eq "tiny-config-1" \
+  "$(kns get pod tiny-worker-0 -o jsonpath='{.spec.volumes[?(@.name=="tessera-config")].configMap.name}')" \
+  "attempt 1 config volume"
+expect_eq "configmap/tiny-config-1" "$(kns get configmaps -l tessera.dev/job-name=tiny -o name)" \
+  "ConfigMaps of job tiny after the restart"
+
+# Deleting the job garbage-collects the ConfigMap with the pods.
+kns delete trainingjob tiny --wait=false >/dev/null
+wait_for 90 "the garbage collector to delete ConfigMap tiny-config-1" \
+  bash -c "! kubectl -n $TEST_NAMESPACE get configmap tiny-config-1 >/dev/null 2>&1"
+wait_for 90 "the garbage collector to delete the pods of tiny" \
+  bash -c "[ \$(kubectl -n $TEST_NAMESPACE get pods -l tessera.dev/job-name=tiny -o name | wc -l) -eq 0 ]"
+echo "ok: trainer ConfigMap and pods garbage-collected"

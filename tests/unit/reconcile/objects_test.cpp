@@ -164,6 +164,82 @@ spec:
   EXPECT_EQ(EnvByName(worker)["TESSERA_NNODES"]["value"], "2");
 }
 
+const char* kTrainerJob = R"(
+apiVersion: tessera.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: tiny, namespace: ml, uid: u}
+spec:
+  workers: 2
+  trainer:
+    model: {layers: 2, dModel: 64, heads: 4, seqLen: 64}
+    data: {path: /data/x.txt}
+    batch: {global: 16}
+    schedule: {steps: 10}
+  template:
+    spec:
+      volumes:
+      - {name: data, hostPath: {path: /data}}
+      - {name: tessera-config, emptyDir: {}}
+      containers:
+      - name: worker
+        image: tessera/worker:test
+        args: [--threads, "2"]
+        volumeMounts:
+        - {name: data, mountPath: /data}
+        - {name: old, mountPath: /etc/tessera}
+)";
+
+TEST(DesiredPod, BuiltInTrainerRunsTheAgentOnTheAttemptsConfig) {
+  const Json pod = DesiredPod(Job(kTrainerJob), 1, 3);
+  const Json& worker = Container(pod, "worker");
+  EXPECT_EQ(worker["command"],
+            Json::array({"tessera-worker", "agent", "--config", "/etc/tessera/job.yaml"}));
+  EXPECT_EQ(worker["args"], Json::array({"--threads", "2"}));  // the template's args follow
+  // The template's mount at /etc/tessera and its volume named tessera-config are replaced.
+  EXPECT_EQ(worker["volumeMounts"], Json::parse(R"([{"name": "data", "mountPath": "/data"},
+                            {"name": "tessera-config", "mountPath": "/etc/tessera",
+                             "readOnly": true}])"));
+  EXPECT_EQ(pod["spec"]["volumes"], Json::parse(R"([{"name": "data", "hostPath": {"path": "/data"}},
+                            {"name": "tessera-config",
+                             "configMap": {"name": "tiny-config-3"}}])"));
+}
+
+TEST(DesiredPod, OwnCommandGetsNoTrainerConfig) {
+  const Json pod = DesiredPod(Job(kJob), 0, 0);
+  const Json& worker = Container(pod, "worker");
+  EXPECT_EQ(worker["command"], Json::array({"python", "train.py"}));
+  EXPECT_FALSE(worker.contains("volumeMounts"));
+  EXPECT_FALSE(pod["spec"].contains("volumes"));
+  EXPECT_FALSE(RunsBuiltInTrainer(Job(kJob)));
+}
+
+TEST(DesiredTrainerConfigMap, HoldsTheJobAsATrainingJobFileWithoutTemplate) {
+  const api::TrainingJob job = Job(kTrainerJob);
+  const Json cm = DesiredTrainerConfigMap(job, 2);
+  EXPECT_EQ(cm["kind"], "ConfigMap");
+  EXPECT_EQ(cm["metadata"]["name"], "tiny-config-2");
+  EXPECT_EQ(cm["metadata"]["namespace"], "ml");
+  EXPECT_EQ(cm["metadata"]["labels"]["tessera.dev/job-name"], "tiny");
+  EXPECT_EQ(cm["metadata"]["labels"]["tessera.dev/attempt"], "2");
+  EXPECT_EQ(cm["metadata"]["ownerReferences"][0]["uid"], "u");
+  EXPECT_EQ(cm["metadata"]["ownerReferences"][0]["controller"], true);
+  // The file decodes back to the same spec (less the template) and validates.
+  const std::string text = cm["data"]["job.yaml"];
+  api::DecodeResult back = api::DecodeYaml(text);
+  ASSERT_TRUE(back.errors.empty()) << api::FormatError(back.errors.front()) << "\n" << text;
+  // What `tessera-worker --config` checks first (tessera validate's answers).
+  const api::ParsedYaml parsed = api::ParseYaml(text);
+  ASSERT_TRUE(parsed.ok()) << parsed.error;
+  ASSERT_EQ(parsed.documents.size(), 1u);
+  EXPECT_TRUE(api::ValidateDocument(parsed.documents[0]).empty()) << text;
+  api::ApplyDefaults(*back.job);
+  EXPECT_EQ(back.job->metadata.name, "tiny");
+  EXPECT_EQ(back.job->metadata.name_space, "ml");
+  Json want = api::EncodeJson(job)["spec"];
+  want.erase("template");
+  EXPECT_EQ(api::EncodeJson(*back.job)["spec"], want);
+}
+
 TEST(DesiredService, HeadlessPublishingNotReadyAddresses) {
   const Json svc = DesiredService(Job(kJob));
   EXPECT_EQ(svc["metadata"]["name"], "gpt");
