@@ -182,6 +182,11 @@ int RunRank(const std::string& config_path, const std::vector<std::string>& over
     return Fail(st);
   }
 
+  try {
+    (void)tessera::comm::ComputeNiceFromEnv();  // checked before joining, like the config
+  } catch (const tessera::comm::CommConfigError& e) {
+    return Fail(BadConfig(e.what()));
+  }
   World world;
   if (rank.world_size > 1) {
     if (Status st = JoinWorld(rank, &world); !st.ok())

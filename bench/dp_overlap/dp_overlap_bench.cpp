@@ -63,6 +63,9 @@ int RunRank(int rank, int listen_fd, int port, const Options& o) {
   std::shared_ptr<comm::ProcessGroup> group =
       comm::CreateGlooProcessGroup(*client, rank, o.ranks, go);
 
+  // As the trainer does: compute yields the cores to the communication threads
+  // (TESSERA_COMPUTE_NICE, default 10; 0 compares without).
+  comm::YieldCoresToCommunication(comm::ComputeNiceFromEnv());
   model::SetKernelThreads(o.threads);
   const model::GptConfig config{
       .layers = o.layers, .d_model = o.d_model, .heads = 4, .seq_len = 64, .vocab = 256};

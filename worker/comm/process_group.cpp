@@ -1,5 +1,12 @@
 #include "worker/comm/process_group.h"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
 #include <cmath>
 #include <cstdlib>
 
@@ -70,6 +77,32 @@ CommOptions CommOptions::FromEnv() {
 
 std::string DescribeRank(int world_rank) {
   return "rank " + std::to_string(world_rank);
+}
+
+bool YieldCoresToCommunication(int nice) {
+  if (nice == 0)
+    return true;
+  // On Linux a priority set with the thread id applies to that thread only (and is inherited
+  // by the threads it creates).
+  const auto tid = static_cast<id_t>(::syscall(SYS_gettid));
+  errno = 0;
+  const int current = ::getpriority(PRIO_PROCESS, tid);
+  if (current == -1 && errno != 0)
+    return false;
+  return ::setpriority(PRIO_PROCESS, tid, std::min(19, current + nice)) == 0;
+}
+
+int ComputeNiceFromEnv() {
+  const char* v = std::getenv("TESSERA_COMPUTE_NICE");
+  if (v == nullptr || *v == '\0')
+    return 10;
+  char* end = nullptr;
+  const long nice = std::strtol(v, &end, 10);
+  if (end == v || *end != '\0' || nice < 0 || nice > 19) {
+    throw CommConfigError(std::string("TESSERA_COMPUTE_NICE=") + v +
+                          ": expected an integer from 0 (off) to 19 (default 10)");
+  }
+  return static_cast<int>(nice);
 }
 
 }  // namespace tessera::comm

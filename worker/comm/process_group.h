@@ -137,4 +137,16 @@ class ProcessGroup {
 // "rank 3" for messages about a lost world rank.
 std::string DescribeRank(int world_rank);
 
+// CPU training: the compute threads keep every core busy, and a collective overlapped with
+// backward then progresses only when the scheduler happens to run the backend's threads.
+// Lowers the scheduling priority of the calling thread by `nice` (and so of the threads it
+// creates afterwards, e.g. the kernels' OpenMP team), so the communication threads, created
+// earlier, run as soon as they have work. Call it once the process groups exist.
+// `nice` 0 does nothing. Returns false (and changes nothing) when the system refuses.
+bool YieldCoresToCommunication(int nice);
+
+// TESSERA_COMPUTE_NICE (0..19; default 10): the `nice` for YieldCoresToCommunication.
+// Throws CommConfigError naming the variable when it is not such an integer.
+int ComputeNiceFromEnv();
+
 }  // namespace tessera::comm

@@ -282,6 +282,18 @@ Status Trainer::Create(const TrainerConfig& config, const RankContext& rank,
         "parameters [{}, {}) of {}",
         at.data, shape.data, impl->owned.begin, impl->owned.end, n);
   }
+  if (impl->world_group) {
+    // Every group and the metrics server exist: from here the threads this one creates (the
+    // kernels' OpenMP team) compute at a lower priority than the communication threads.
+    int nice = 0;
+    try {
+      nice = comm::ComputeNiceFromEnv();
+    } catch (const comm::CommConfigError& e) {
+      return BadConfig(e.what());
+    }
+    if (!comm::YieldCoresToCommunication(nice))
+      spdlog::warn("TESSERA_COMPUTE_NICE={}: could not lower the compute priority", nice);
+  }
   out->reset(new Trainer(std::move(impl)));
   return Status::Ok();
 }
