@@ -12,6 +12,7 @@
 #include <sstream>
 #include <vector>
 
+#include "worker/parallel/pipeline/schedule.h"
 #include "worker/train/digest.h"
 
 namespace tessera::train {
@@ -356,7 +357,7 @@ Status ValidateTrainerConfig(const TrainerConfig& c, int world_size, int pipelin
     return BadConfig(fmt::format("parallelism.tensor: {} does not divide model.heads {}", tensor,
                                  c.model.heads));
   }
-  if (c.parallel.schedule != "GPipe" && c.parallel.schedule != "1F1B") {
+  if (!parallel::ParseSchedule(c.parallel.schedule)) {
     return BadConfig(
         fmt::format("parallelism.schedule: '{}' is not GPipe or 1F1B", c.parallel.schedule));
   }

@@ -63,6 +63,14 @@ double CountedSumOfSquares(std::span<const float> grads, std::span<const uint8_t
   return sum;
 }
 
+// The pipeline runner's view of a loader batch.
+void ToMicroBatch(Batch&& batch, parallel::MicroBatch* out) {
+  out->tokens = std::move(batch.tokens);
+  out->targets = std::move(batch.targets);
+  out->B = batch.B;
+  out->T = batch.T;
+}
+
 }  // namespace
 
 struct Trainer::Impl {
@@ -201,8 +209,7 @@ Status Trainer::Create(const TrainerConfig& config, const RankContext& rank,
   if (shape.pipeline > 1) {
     impl->pipeline = std::make_unique<parallel::PipelineRunner>(
         impl->model.get(), impl->pipeline_group,
-        config.parallel.schedule == "GPipe" ? parallel::Schedule::kGPipe
-                                            : parallel::Schedule::k1F1B);
+        *parallel::ParseSchedule(config.parallel.schedule));  // validated above
   }
   const size_t n = impl->model->parameters().size();
   impl->owned = {0, static_cast<int64_t>(n)};
@@ -323,10 +330,7 @@ double Trainer::Impl::ValidationLoss() {
       const int count = static_cast<int>(std::min<int64_t>(micro_batch, end - first));
       Batch batch;
       loader->ValidationBatch(first, count, &batch);
-      mb->tokens = std::move(batch.tokens);
-      mb->targets = std::move(batch.targets);
-      mb->B = batch.B;
-      mb->T = batch.T;
+      ToMicroBatch(std::move(batch), mb);
     });
   } else {
     Batch batch;
@@ -402,10 +406,7 @@ double Trainer::Impl::TrainStep(double lr, bool stop_here, double* grad_norm, bo
         [&](int m, parallel::MicroBatch* mb) {
           Batch batch;
           loader->TrainBatch(step, first_sequence(m), micro_batch, &batch);
-          mb->tokens = std::move(batch.tokens);
-          mb->targets = std::move(batch.targets);
-          mb->B = batch.B;
-          mb->T = batch.T;
+          ToMicroBatch(std::move(batch), mb);
         },
         1.0f / static_cast<float>(M), reducer ? on_ready : model::GradientsReadyFn());
     loss = stats.loss_sum;
