@@ -1,6 +1,7 @@
 #include "worker/train/metrics.h"
 
-#include <CivetServer.h>
+#include "worker/train/http_server.h"
+
 #include <prometheus/counter.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
@@ -161,76 +162,26 @@ std::string TrainMetrics::ProgressJson() const {
   return j.dump();
 }
 
-namespace {
-
-class TextHandler : public CivetHandler {
- public:
-  TextHandler(std::function<std::string()> body, std::string content_type)
-      : body_(std::move(body)), content_type_(std::move(content_type)) {}
-
-  bool handleGet(CivetServer*, mg_connection* conn) override {
-    const std::string body = body_();
-    mg_printf(conn,
-              "HTTP/1.1 200 OK\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
-              "Connection: close\r\n\r\n",
-              content_type_.c_str(), body.size());
-    mg_write(conn, body.data(), body.size());
-    return true;
-  }
-
- private:
-  std::function<std::string()> body_;
-  std::string content_type_;
-};
-
-}  // namespace
-
 struct MetricsServer::Impl {
-  std::unique_ptr<CivetServer> server;
-  std::unique_ptr<TextHandler> metrics;
-  std::unique_ptr<TextHandler> progress;
+  std::unique_ptr<HttpServer> http;
 };
 
 Status MetricsServer::Start(int port, TrainMetrics* metrics, std::unique_ptr<MetricsServer>* out) {
   auto impl = std::make_unique<Impl>();
-  const std::vector<std::string> options = {"listening_ports", std::to_string(port), "num_threads",
-                                            "2"};
-  // civetweb reports why it cannot start (e.g. "cannot bind to 9400: 98 (Address already in
-  // use)") through log_message, on this thread, while the constructor runs.
-  static thread_local std::string start_error;
-  start_error.clear();
-  CivetCallbacks callbacks{};
-  callbacks.log_message = [](const mg_connection*, const char* message) {
-    if (start_error.empty())
-      start_error = message;
-    return 1;  // handled: civetweb prints nothing itself
+  std::vector<HttpServer::Route> routes = {
+      {"/metrics", "text/plain; version=0.0.4; charset=utf-8",
+       [metrics] { return metrics->MetricsText(); }},
+      {"/progress", "application/json", [metrics] { return metrics->ProgressJson(); }},
   };
-  try {
-    impl->server = std::make_unique<CivetServer>(options, &callbacks);
-  } catch (const CivetException&) {
-    impl->server.reset();
-  }
-  if (!impl->server || impl->server->getListeningPorts().empty()) {
-    return IoError(fmt::format("metrics.port {}: cannot listen ({}); choose another port or 0",
-                               port, start_error.empty() ? "unknown error" : start_error));
-  }
-  const std::vector<int> ports = impl->server->getListeningPorts();
-  impl->metrics = std::make_unique<TextHandler>([metrics] { return metrics->MetricsText(); },
-                                                "text/plain; version=0.0.4; charset=utf-8");
-  impl->progress = std::make_unique<TextHandler>([metrics] { return metrics->ProgressJson(); },
-                                                 "application/json");
-  impl->server->addHandler("/metrics", impl->metrics.get());
-  impl->server->addHandler("/progress", impl->progress.get());
+  if (Status st = HttpServer::Start(port, std::move(routes), &impl->http); !st.ok())
+    return st;
   std::unique_ptr<MetricsServer> server(new MetricsServer());
-  server->port_ = ports.front();
+  server->port_ = impl->http->port();
   server->impl_ = std::move(impl);
   *out = std::move(server);
   return Status::Ok();
 }
 
-MetricsServer::~MetricsServer() {
-  if (impl_ && impl_->server)
-    impl_->server->close();
-}
+MetricsServer::~MetricsServer() = default;
 
 }  // namespace tessera::train

@@ -1,6 +1,6 @@
 // Training metrics (DESIGN.md §6, docs/metrics.md): Prometheus gauges and a histogram kept
 // with prometheus-cpp, and the same figures as the `/progress` JSON the controller polls.
-// MetricsServer serves both from one civetweb listener. Nothing here computes a figure; the
+// MetricsServer serves both over HTTP (http_server.h). Nothing here computes a figure; the
 // trainer reports them.
 #pragma once
 
