@@ -24,10 +24,12 @@
 #include "worker/agent.h"
 #include "worker/comm/device_mesh.h"
 #include "worker/comm/gloo_process_group.h"
+#include "worker/comm/nccl_process_group.h"
 #include "worker/rendezvous/store_client.h"
 #include "worker/rendezvous/store_error.h"
 #include "worker/rendezvous/store_server.h"
 #include "worker/train/config.h"
+#include "worker/train/gpu_replica.h"
 #include "worker/train/trainer.h"
 
 namespace {
@@ -60,12 +62,14 @@ Status IntFromEnv(const char* name, int min, int max, int* out) {
   return Status::Ok();
 }
 
-// The environment of DESIGN.md §3 overrides the file: RANK, WORLD_SIZE, TESSERA_MESH,
-// TESSERA_CHECKPOINT_DIR, TESSERA_METRICS_PORT.
+// The environment of DESIGN.md §3 overrides the file: RANK, WORLD_SIZE, LOCAL_RANK,
+// TESSERA_MESH, TESSERA_CHECKPOINT_DIR, TESSERA_METRICS_PORT.
 Status ApplyEnvironment(tessera::train::TrainerConfig* config, tessera::train::RankContext* rank) {
   if (Status st = IntFromEnv("RANK", 0, 1 << 20, &rank->rank); !st.ok())
     return st;
   if (Status st = IntFromEnv("WORLD_SIZE", 1, 1 << 20, &rank->world_size); !st.ok())
+    return st;
+  if (Status st = IntFromEnv("LOCAL_RANK", 0, 1 << 20, &rank->local_rank); !st.ok())
     return st;
   if (Status st = IntFromEnv("TESSERA_METRICS_PORT", -1, 65535, &config->metrics.port); !st.ok()) {
     return st;
@@ -104,13 +108,16 @@ int Fail(const Status& st) {
 }
 
 // The data-parallel world of a multi-rank job: rank 0's store server (kept until every other
-// rank has left, so late readers still find failure reports) and this rank's group.
+// rank has left, so late readers still find failure reports) and this rank's groups: Gloo
+// always, and NCCL on `device` for a GPU job's gradients.
 struct World {
   std::unique_ptr<tessera::rendezvous::StoreServer> server;
   std::shared_ptr<tessera::comm::ProcessGroup> group;
+  std::shared_ptr<tessera::comm::ProcessGroup> device_group;
   std::chrono::milliseconds timeout{0};
 
   ~World() {
+    device_group.reset();
     group.reset();
     if (server && !server->WaitForClientsToLeave(timeout)) {
       spdlog::warn("rendezvous store: {} ranks still connected after {} s; stopping anyway",
@@ -119,7 +126,8 @@ struct World {
   }
 };
 
-Status JoinWorld(const tessera::train::RankContext& rank, World* world) {
+// `device` >= 0: also form the world over NCCL on that CUDA device.
+Status JoinWorld(const tessera::train::RankContext& rank, int device, World* world) {
   namespace rdzv = tessera::rendezvous;
   namespace comm = tessera::comm;
   rdzv::StoreClientOptions client;
@@ -142,6 +150,14 @@ Status JoinWorld(const tessera::train::RankContext& rank, World* world) {
     world->group = comm::CreateGlooProcessGroup(store, rank.rank, rank.world_size, gloo);
     spdlog::info("joined the world group: rank {} of {} ({})", rank.rank, rank.world_size,
                  world->group->backend());
+    if (device >= 0) {
+      comm::NcclOptions nccl;
+      nccl.comm = gloo.comm;
+      nccl.prefix = "tessera/nccl/";
+      world->device_group =
+          comm::CreateNcclProcessGroup(store, rank.rank, rank.world_size, device, nccl);
+      spdlog::info("joined the device world group on CUDA device {} (nccl)", device);
+    }
   } catch (const comm::CommConfigError& e) {
     return BadConfig(e.what());
   } catch (const rdzv::StoreError& e) {
@@ -187,17 +203,25 @@ int RunRank(const std::string& config_path, const std::vector<std::string>& over
   } catch (const tessera::comm::CommConfigError& e) {
     return Fail(BadConfig(e.what()));
   }
+  // A GPU job on a machine without a usable GPU fails here, on every rank alike.
+  int device = -1;
+  if (config.precision == tessera::train::Precision::kBf16) {
+    if (Status st = tessera::train::CheckGpu(rank.local_rank, &device); !st.ok())
+      return Fail(st);
+  }
   World world;
   if (rank.world_size > 1) {
-    if (Status st = JoinWorld(rank, &world); !st.ok())
+    if (Status st = JoinWorld(rank, device, &world); !st.ok())
       return Fail(st);
     rank.world_group = world.group;
+    rank.device_group = world.device_group;
   }
   std::unique_ptr<tessera::train::Trainer> trainer;
   const Status created = tessera::train::Trainer::Create(config, rank, &trainer);
   // From here the trainer (destroyed before `world`) holds the only reference to the group, so
   // rank 0's store sees this rank's own connections close too.
   rank.world_group.reset();
+  rank.device_group.reset();
   if (!created.ok())
     return Fail(created);
   g_trainer = trainer.get();

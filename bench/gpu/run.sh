@@ -5,7 +5,9 @@
 #      machine (build-gpu/bundle/tessera-gpu.tar.gz, carried along), or else configured and
 #      built here (CUDA targets only, sm_90) when this machine has the project's libraries;
 #   2. correctness: the Gpu* tests (each CUDA layer against the CPU reference, whole model,
-#      20-step training run), the GPU smoke test, the NCCL one-rank + split sub-group test;
+#      20-step training run), the trainer in bf16 against the fp32 CPU trainer and its
+#      checkpoint resume (GpuTrainerTest), the GPU smoke test, the NCCL tests (one rank + split
+#      sub-group; wait_event ordering and the bucket reducer on device memory);
 #   3. speed: GPT-2 124M (seqLen 1024, bf16, batch $BATCH) tokens/s and MFU for Tessera
 #      (gpt_bench) and for PyTorch with torch.compile (torch_gpt.py), same config and batch.
 # The last line is exactly `ratio=<tessera tokens/s ÷ pytorch tokens/s> mfu=<tessera MFU>`
@@ -150,7 +152,7 @@ else
     exit 2
   fi
   if ! run build "$(budget 240 240)" cmake --build "$build" -j "$jobs" --target gpu_model_test \
-    gpu_smoke_test comm_nccl_test gpt_bench; then
+    gpu_smoke_test comm_nccl_test trainer_test gpt_bench; then
     say "run.sh: building the GPU targets failed (see run.log)"
     exit 2
   fi
@@ -165,7 +167,7 @@ exe() {  # path of a binary: bundle bin/, or a build tree's bin/ or tests/
   done
   echo "$bin/$name"
 }
-for name in gpu_model_test gpu_smoke_test comm_nccl_test gpt_bench; do
+for name in gpu_model_test gpu_smoke_test comm_nccl_test trainer_test gpt_bench; do
   [[ -x "$(exe "$name")" ]] || { say "run.sh: $name missing under $bin"; exit 2; }
 done
 
@@ -188,8 +190,11 @@ say "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
 if [[ "${SKIP_TESTS:-0}" != 1 ]]; then
   gtest "Gpu* tests" "$(budget 150 300)" "$(exe gpu_model_test)" --gtest_filter='Gpu*' \
     --gtest_output="xml:$out/tests.xml"
+  gtest "GpuTrainerTest (bf16 trainer vs fp32, resume)" "$(budget 90 240)" "$(exe trainer_test)" \
+    --gtest_filter='GpuTrainerTest.*'
   gtest GpuSmoke 60 "$(exe gpu_smoke_test)"
-  gtest "NcclGroup (one rank + split sub-group)" 90 "$(exe comm_nccl_test)" --gtest_filter='NcclGroup.*'
+  gtest "Nccl* (one rank + split sub-group, wait_event, bucket reducer)" 90 \
+    "$(exe comm_nccl_test)" --gtest_filter='Nccl*'
 fi
 
 # ---- 3. speed -------------------------------------------------------------------------

@@ -277,6 +277,12 @@ class NcclProcessGroup : public ProcessGroup {
     });
   }
 
+  void wait_event(void* cuda_event) override {
+    const std::string what = "waiting for a device event on group " + core_->name;
+    CheckCuda(cudaSetDevice(core_->shared->device), what);
+    CheckCuda(cudaStreamWaitEvent(core_->stream, static_cast<cudaEvent_t>(cuda_event), 0), what);
+  }
+
   std::shared_ptr<ProcessGroup> split(int color, int key, const std::string& name) override;
 
  private:

@@ -75,6 +75,11 @@ CommOptions CommOptions::FromEnv() {
   return o;
 }
 
+void ProcessGroup::wait_event(void*) {
+  throw CommError("group " + name() + " (" + backend() +
+                  "): works on host memory and cannot wait for a device event");
+}
+
 std::string DescribeRank(int world_rank) {
   return "rank " + std::to_string(world_rank);
 }

@@ -118,6 +118,12 @@ class ProcessGroup {
                                      uint32_t tag = 0) = 0;
   virtual std::shared_ptr<Work> barrier() = 0;
 
+  // Device backends: operations issued after this call start only once `cuda_event` (a
+  // cudaEvent_t recorded on the producer's stream) has completed; the caller does not wait.
+  // This is how a gradient bucket's all-reduce follows the backward kernels that finish it.
+  // Host backends have no stream to order and throw CommError.
+  virtual void wait_event(void* cuda_event);
+
   // Collective over this group (like MPI_Comm_split): ranks passing the same `color` form a
   // new group, ordered by (`key`, rank). A negative color takes part but joins no group and
   // gets nullptr. `name` labels the new group. Blocks until the new group is connected.

@@ -77,6 +77,22 @@ FieldReader DecayField(Decay* dst) {
   };
 }
 
+FieldReader PrecisionField(Precision* dst) {
+  return [dst](const YAML::Node& n, const std::string& p) {
+    std::string s;
+    if (Status st = ReadScalar(n, p, "a string", &s); !st.ok())
+      return st;
+    if (s == "fp32") {
+      *dst = Precision::kFp32;
+    } else if (s == "bf16") {
+      *dst = Precision::kBf16;
+    } else {
+      return BadConfig(fmt::format("{}: '{}' is not one of fp32, bf16", p, s));
+    }
+    return Status::Ok();
+  };
+}
+
 // Reads a mapping whose keys must all be known.
 Status ReadMap(const YAML::Node& node, const std::string& path,
                const std::map<std::string, FieldReader>& fields) {
@@ -145,16 +161,7 @@ std::map<std::string, FieldReader> TrainerFields(TrainerConfig* c) {
                             {"minLrRatio", Double(&c->schedule.min_lr_ratio)},
                             {"evalEvery", Int64(&c->schedule.eval_every)},
                             {"evalBatches", Int(&c->schedule.eval_batches)}})},
-      {"precision",
-       [](const YAML::Node& n, const std::string& p) {
-         std::string s;
-         if (Status st = ReadScalar(n, p, "a string", &s); !st.ok())
-           return st;
-         if (s != "fp32") {
-           return BadConfig(fmt::format("{}: '{}' is not supported on CPU; use fp32", p, s));
-         }
-         return Status::Ok();
-       }},
+      {"precision", PrecisionField(&c->precision)},
       {"seed", Uint64(&c->seed)},
       {"checkpoint", Section({{"dir", String(&c->checkpoint.dir)},
                               {"everySteps", Int64(&c->checkpoint.every_steps)},
@@ -403,6 +410,17 @@ Status ValidateTrainerConfig(const TrainerConfig& c, int world_size, int pipelin
     return BadConfig(fmt::format("parallelism.bucketMiB: must be a positive number, got {}",
                                  c.parallel.bucket_mib));
   }
+  if (c.precision == Precision::kBf16 && (pipeline > 1 || tensor > 1)) {
+    return BadConfig(fmt::format(
+        "precision: bf16 (the GPU model) runs data parallelism only, this mesh has pipeline {} x "
+        "tensor {}; set parallelism.pipeline and tensor to 1, or use precision fp32",
+        pipeline, tensor));
+  }
+  if (c.precision == Precision::kBf16 && c.parallel.zero_stage != 0) {
+    return BadConfig(
+        "parallelism.zeroStage: 1 is not available with precision bf16 (the GPU optimizer is not "
+        "sharded); use zeroStage 0, or precision fp32");
+  }
   return Status::Ok();
 }
 
@@ -432,7 +450,14 @@ std::string TrajectoryJson(const TrainerConfig& c) {
         {"minLrRatio", c.schedule.min_lr_ratio}}},
       {"seed", c.seed},
   };
+  // fp32 is left out, so the hashes of checkpoints written before precision was a choice stay.
+  if (c.precision != Precision::kFp32)
+    j["precision"] = PrecisionName(c.precision);
   return j.dump();
+}
+
+const char* PrecisionName(Precision precision) {
+  return precision == Precision::kBf16 ? "bf16" : "fp32";
 }
 
 std::string ConfigHash(const TrainerConfig& config) {

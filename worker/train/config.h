@@ -61,6 +61,12 @@ struct ParallelConfig {
   std::string schedule = "1F1B";  // pipeline schedule over the micro-batches: GPipe | 1F1B
 };
 
+// Arithmetic of forward and backward. fp32: the CPU model (worker/model/cpu). bf16: the CUDA
+// model (worker/model/cuda) on this rank's GPU, bf16 activations and products with fp32
+// master weights, gradients and AdamW state; data parallelism only (pipeline and tensor 1,
+// zeroStage 0), gradients all-reduced by NCCL.
+enum class Precision { kFp32, kBf16 };
+
 struct TrainerConfig {
   model::GptConfig model;
   std::string model_preset;  // informational: the preset the model came from, if any
@@ -72,6 +78,7 @@ struct TrainerConfig {
   CheckpointConfig checkpoint;
   MetricsConfig metrics;
   ParallelConfig parallel;
+  Precision precision = Precision::kFp32;
   int log_every = 10;  // a log line every this many steps (and the first and last)
 };
 
@@ -108,5 +115,6 @@ std::string TrajectoryJson(const TrainerConfig& config);
 std::string ConfigHash(const TrainerConfig& config);
 
 const char* DecayName(Decay decay);
+const char* PrecisionName(Precision precision);  // "fp32" | "bf16"
 
 }  // namespace tessera::train

@@ -95,9 +95,11 @@ Status TrainerConfigFromJob(const api::TrainingJob& job, TrainerConfig* out) {
     c.schedule.decay = decay_only.schedule.decay;
   }
 
-  if (t.precision != "fp32") {
-    return BadConfig(fmt::format(
-        "spec.trainer.precision: '{}' is not supported by the CPU trainer; use fp32", t.precision));
+  if (t.precision == "bf16") {
+    c.precision = Precision::kBf16;
+  } else if (t.precision != "fp32") {
+    return BadConfig(
+        fmt::format("spec.trainer.precision: '{}' is not one of fp32, bf16", t.precision));
   }
   if (t.seed < 0) {
     return BadConfig(fmt::format("spec.trainer.seed: {} is negative", t.seed));
@@ -149,7 +151,7 @@ std::string TrainerConfigYaml(const TrainerConfig& c) {
         {"minLrRatio", c.schedule.min_lr_ratio},
         {"evalEvery", c.schedule.eval_every},
         {"evalBatches", c.schedule.eval_batches}}},
-      {"precision", "fp32"},
+      {"precision", PrecisionName(c.precision)},
       {"seed", c.seed},
       {"checkpoint",
        {{"dir", c.checkpoint.dir},

@@ -19,6 +19,7 @@
 #include "worker/train/adamw.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/data_loader.h"
+#include "worker/train/gpu_replica.h"
 #include "worker/train/lr_schedule.h"
 #include "worker/train/metrics.h"
 
@@ -80,8 +81,12 @@ struct Trainer::Impl {
   comm::MeshCoords coords;  // this rank's place in it
   TokenDataset dataset;
   std::unique_ptr<DataLoader> loader;
+  // The model: the CPU shard (precision fp32) or the GPU replica (bf16), never both.
   std::unique_ptr<model::Gpt> model;  // this rank's shard
   std::unique_ptr<AdamW> optimizer;
+  std::unique_ptr<GpuReplica> gpu;
+  // With the GPU model: host copies of its parameters and AdamW moments, for checkpoints.
+  std::vector<float> host_params, host_m, host_v;
   std::vector<uint8_t> decay_mask;
   // 1 where this rank's gradient counts toward the global norm: a value replicated over
   // tensor ranks counts on tensor rank 0 only, the tied wte on the first stage only.
@@ -115,12 +120,21 @@ struct Trainer::Impl {
   // `stop_here` is this rank's wish to stop after the step; *stop_any says whether any rank
   // wished so (ranks must stop at the same step, or the others would wait in a collective).
   double TrainStep(double lr, bool stop_here, double* grad_norm, bool* stop_any);
+  double GpuTrainStep(double lr, bool stop_here, double* grad_norm, bool* stop_any);
+  // The spans a checkpoint saves or restores: the CPU model's buffers, or the GPU model's host
+  // copies (`fetch`: copied from the device first).
+  struct State {
+    std::span<float> params, first_moment, second_moment;
+  };
+  State CheckpointState(bool fetch);
+  // Mean loss of an evaluation batch through the whole model (no pipeline).
+  double EvaluationLoss(const Batch& batch);
   // Every rank's worst outcome (exit codes are ordered by nothing but 0 = fine): a rank that
   // failed keeps its own message, the others learn which code a peer failed with.
   Status Agree(const Status& mine, const std::string& what);
   int data_ranks() const { return shape.data; }
   // This rank's losses are the ones reported: the last stage's, on tensor rank 0.
-  bool reports_loss() const { return model->shard().head && coords.tensor == 0; }
+  bool reports_loss() const { return gpu || (model->shard().head && coords.tensor == 0); }
   // The ranks whose files hold the parameters: one per (stage, tensor rank).
   bool writes_parameters() const { return coords.data == 0; }
   // Collective helpers over the whole world; no-ops in one-rank jobs.
@@ -195,48 +209,67 @@ Status Trainer::Create(const TrainerConfig& config, const RankContext& rank,
   // The shard: this stage's blocks, split over the tensor ranks.
   const std::vector<parallel::StageLayers> stages =
       parallel::PartitionStages(parallel::GptLayerCosts(config.model, T), shape.pipeline);
-  const parallel::StageLayers& stage = stages[at.pipeline];
-  const model::GptShard shard{.first_layer = stage.first,
-                              .end_layer = stage.end,
-                              .embedding = at.pipeline == 0,
-                              .head = at.pipeline == shape.pipeline - 1,
-                              .tensor_rank = at.tensor,
-                              .tensor_size = shape.tensor};
-  impl->model = std::make_unique<model::Gpt>(
-      config.model, shard,
-      impl->tensor_group ? parallel::MakeTensorSum(impl->tensor_group, &impl->tensor_stats)
-                         : model::TensorSumFn());
-  if (shape.pipeline > 1) {
-    impl->pipeline = std::make_unique<parallel::PipelineRunner>(
-        impl->model.get(), impl->pipeline_group,
-        *parallel::ParseSchedule(config.parallel.schedule));  // validated above
-  }
-  const size_t n = impl->model->parameters().size();
-  impl->owned = {0, static_cast<int64_t>(n)};
-  if (impl->group && config.parallel.zero_stage == 1) {
-    impl->zero = std::make_unique<parallel::ZeroShards>(impl->group, static_cast<int64_t>(n));
-    impl->owned = impl->zero->own();
-  } else if (impl->group) {
-    impl->reducer = std::make_unique<parallel::BucketReducer>(
-        impl->group, impl->model->gradients(),
-        static_cast<size_t>(config.parallel.bucket_mib * 1024 * 1024));
-  }
-  impl->optimizer = std::make_unique<AdamW>(
-      static_cast<size_t>(impl->owned.size()),
-      AdamWOptions{.beta1 = static_cast<float>(config.optimizer.beta1),
-                   .beta2 = static_cast<float>(config.optimizer.beta2),
-                   .eps = static_cast<float>(config.optimizer.eps),
-                   .weight_decay = static_cast<float>(config.optimizer.weight_decay)});
-  impl->decay_mask.assign(n, 0);
-  impl->norm_mask.assign(n, 0);
-  for (const model::ShardTensor& t : impl->model->tensors()) {
-    const model::ParameterTensor& l = t.local;
-    std::fill_n(impl->decay_mask.begin() + l.offset, l.size, l.decays ? 1 : 0);
-    const bool tied_copy = l.name == "wte" && !shard.embedding;  // the last stage's copy
-    const bool counted = (!t.replicated || at.tensor == 0) && !tied_copy;
-    std::fill_n(impl->norm_mask.begin() + l.offset, l.size, counted ? 1 : 0);
-    if (l.name == "wte")
-      impl->wte_size = l.size;
+  const size_t bucket_bytes = static_cast<size_t>(config.parallel.bucket_mib * 1024 * 1024);
+  size_t n = 0;     // this rank's parameters
+  int device = -1;  // the CUDA device with precision bf16
+  if (config.precision == Precision::kBf16) {
+    // The whole model on this rank's GPU (validation allowed only pipeline = tensor = 1).
+    if (Status st = CheckGpu(rank.local_rank, &device); !st.ok())
+      return st;
+    if (rank.world_size > 1 && !rank.device_group) {
+      return Status(
+          ExitCode::kInternal,
+          "precision bf16 with several ranks needs the NCCL world group; none was formed");
+    }
+    if (Status st = GpuReplica::Create(config, device, rank.device_group, bucket_bytes, &impl->gpu);
+        !st.ok()) {
+      return st;
+    }
+    n = static_cast<size_t>(impl->gpu->parameter_count());
+    impl->owned = {0, static_cast<int64_t>(n)};
+  } else {
+    const parallel::StageLayers& stage = stages[at.pipeline];
+    const model::GptShard shard{.first_layer = stage.first,
+                                .end_layer = stage.end,
+                                .embedding = at.pipeline == 0,
+                                .head = at.pipeline == shape.pipeline - 1,
+                                .tensor_rank = at.tensor,
+                                .tensor_size = shape.tensor};
+    impl->model = std::make_unique<model::Gpt>(
+        config.model, shard,
+        impl->tensor_group ? parallel::MakeTensorSum(impl->tensor_group, &impl->tensor_stats)
+                           : model::TensorSumFn());
+    if (shape.pipeline > 1) {
+      impl->pipeline = std::make_unique<parallel::PipelineRunner>(
+          impl->model.get(), impl->pipeline_group,
+          *parallel::ParseSchedule(config.parallel.schedule));  // validated above
+    }
+    n = impl->model->parameters().size();
+    impl->owned = {0, static_cast<int64_t>(n)};
+    if (impl->group && config.parallel.zero_stage == 1) {
+      impl->zero = std::make_unique<parallel::ZeroShards>(impl->group, static_cast<int64_t>(n));
+      impl->owned = impl->zero->own();
+    } else if (impl->group) {
+      impl->reducer = std::make_unique<parallel::BucketReducer>(
+          impl->group, impl->model->gradients(), bucket_bytes);
+    }
+    impl->optimizer = std::make_unique<AdamW>(
+        static_cast<size_t>(impl->owned.size()),
+        AdamWOptions{.beta1 = static_cast<float>(config.optimizer.beta1),
+                     .beta2 = static_cast<float>(config.optimizer.beta2),
+                     .eps = static_cast<float>(config.optimizer.eps),
+                     .weight_decay = static_cast<float>(config.optimizer.weight_decay)});
+    impl->decay_mask.assign(n, 0);
+    impl->norm_mask.assign(n, 0);
+    for (const model::ShardTensor& t : impl->model->tensors()) {
+      const model::ParameterTensor& l = t.local;
+      std::fill_n(impl->decay_mask.begin() + l.offset, l.size, l.decays ? 1 : 0);
+      const bool tied_copy = l.name == "wte" && !shard.embedding;  // the last stage's copy
+      const bool counted = (!t.replicated || at.tensor == 0) && !tied_copy;
+      std::fill_n(impl->norm_mask.begin() + l.offset, l.size, counted ? 1 : 0);
+      if (l.name == "wte")
+        impl->wte_size = l.size;
+    }
   }
   impl->schedule = {.peak = config.optimizer.lr,
                     .warmup_steps = config.schedule.warmup_steps,
@@ -280,16 +313,23 @@ Status Trainer::Create(const TrainerConfig& config, const RankContext& rank,
         shape.ToString(), rank.rank, at.data, at.pipeline, at.tensor,
         parallel::DescribeStages(stages), config.parallel.schedule, n);
   }
-  if (impl->reducer) {
-    spdlog::info("data parallel: rank {} of {}, gradients all-reduced in {} buckets of <= {} MiB",
-                 at.data, shape.data, impl->reducer->buckets().size(), config.parallel.bucket_mib);
+  if (impl->gpu) {
+    spdlog::info("model on CUDA device {} in bf16 (fp32 master weights and AdamW state)", device);
+  }
+  if (impl->reducer || (impl->gpu && impl->gpu->buckets() > 0)) {
+    spdlog::info(
+        "data parallel: rank {} of {}, gradients all-reduced ({}) in {} buckets of <= {} "
+        "MiB",
+        at.data, shape.data, impl->gpu ? "nccl" : impl->group->backend(),
+        impl->gpu ? impl->gpu->buckets() : impl->reducer->buckets().size(),
+        config.parallel.bucket_mib);
   } else if (impl->zero) {
     spdlog::info(
         "data parallel: rank {} of {}, ZeRO-1: this rank keeps optimizer state for "
         "parameters [{}, {}) of {}",
         at.data, shape.data, impl->owned.begin, impl->owned.end, n);
   }
-  if (impl->world_group) {
+  if (impl->world_group && !impl->gpu) {
     // Every group and the metrics server exist: from here the threads this one creates (the
     // kernels' OpenMP team) compute at a lower priority than the communication threads.
     int nice = 0;
@@ -337,9 +377,8 @@ double Trainer::Impl::ValidationLoss() {
     for (int64_t first = begin; first < end; first += micro_batch) {
       const int count = static_cast<int>(std::min<int64_t>(micro_batch, end - first));
       loader->ValidationBatch(first, count, &batch);
-      // Forward returns the mean over count*T positions; weight by count for the exact mean.
-      sum += static_cast<double>(model->Forward(batch.tokens, batch.targets, batch.B, batch.T)) *
-             count;
+      // The loss is the mean over count*T positions; weight by count for the exact mean.
+      sum += EvaluationLoss(batch) * count;
     }
   }
   RecordTensorComm();
@@ -347,6 +386,12 @@ double Trainer::Impl::ValidationLoss() {
     sum = 0;
   SumOverRanks(std::span<double>(&sum, 1));
   return sum / static_cast<double>(windows);
+}
+
+double Trainer::Impl::EvaluationLoss(const Batch& batch) {
+  if (gpu)
+    return gpu->EvaluationLoss(batch);
+  return model->Forward(batch.tokens, batch.targets, batch.B, batch.T);
 }
 
 void Trainer::Impl::SumOverRanks(std::span<double> values) {
@@ -389,6 +434,8 @@ Status Trainer::Impl::Agree(const Status& mine, const std::string& what) {
 // One optimizer step's forward, backward, reduction and update; returns the step's loss
 // (the mean over the global batch) and sets *grad_norm (before clipping).
 double Trainer::Impl::TrainStep(double lr, bool stop_here, double* grad_norm, bool* stop_any) {
+  if (gpu)
+    return GpuTrainStep(lr, stop_here, grad_norm, stop_any);
   const TrainerConfig& c = config;
   const int M = c.batch.micro_batches;
   model->ZeroGradients();
@@ -473,6 +520,43 @@ double Trainer::Impl::TrainStep(double lr, bool stop_here, double* grad_norm, bo
   return loss;
 }
 
+// The GPU model's step: forward, backward and the bucketed NCCL all-reduce, then the loss and
+// stop wish summed over the world (host), then norm, clipping and AdamW on the device. Every
+// replica holds the same averaged gradient, so every one computes the same norm.
+double Trainer::Impl::GpuTrainStep(double lr, bool stop_here, double* grad_norm, bool* stop_any) {
+  const int global = config.batch.global;
+  parallel::ReductionStats stats;
+  double loss = gpu->ForwardBackward(
+      config.batch.micro_batches,
+      [&](int m, Batch* batch) {
+        loader->TrainBatch(step, coords.data * (global / data_ranks()) + m * micro_batch,
+                           micro_batch, batch);
+      },
+      &stats);
+  if (stats.buckets > 0) {
+    metrics->RecordComm("all_reduce", "data", stats.exposed_seconds,
+                        static_cast<double>(stats.bytes));
+  }
+  double sums[2] = {loss, stop_here ? 1.0 : 0.0};
+  SumOverRanks(sums);
+  loss = sums[0] / data_ranks();
+  *stop_any = sums[1] > 0;
+  *grad_norm = gpu->Step(config.optimizer, lr);
+  return loss;
+}
+
+Trainer::Impl::State Trainer::Impl::CheckpointState(bool fetch) {
+  if (!gpu) {
+    return {model->parameters(), optimizer->first_moment(), optimizer->second_moment()};
+  }
+  const size_t n = static_cast<size_t>(gpu->parameter_count());
+  for (std::vector<float>* v : {&host_params, &host_m, &host_v})
+    v->resize(n);
+  if (fetch)
+    gpu->GetState(host_params, host_m, host_v);
+  return {host_params, host_m, host_v};
+}
+
 Status Trainer::Impl::Resume(int64_t checkpoint_step) {
   CheckpointMeta meta;
   if (Status st = store->ReadMeta(checkpoint_step, &meta); !st.ok())
@@ -529,9 +613,11 @@ Status Trainer::Impl::Resume(int64_t checkpoint_step) {
     int file_rank;
     const char* name;
     std::span<float> dst;
-  } targets[] = {{&first, source, "params", model->parameters()},
-                 {state, zero ? rank.rank : source, "adamw.m", optimizer->first_moment()},
-                 {state, zero ? rank.rank : source, "adamw.v", optimizer->second_moment()}};
+  };
+  const State into = CheckpointState(/*fetch=*/false);
+  const Target targets[] = {{&first, source, "params", into.params},
+                            {state, zero ? rank.rank : source, "adamw.m", into.first_moment},
+                            {state, zero ? rank.rank : source, "adamw.v", into.second_moment}};
   for (const Target& t : targets) {
     const std::vector<float>* values = t.file->Find(t.name);
     if (values == nullptr || values->size() != t.dst.size()) {
@@ -542,7 +628,10 @@ Status Trainer::Impl::Resume(int64_t checkpoint_step) {
     }
     std::copy(values->begin(), values->end(), t.dst.begin());
   }
-  optimizer->set_step_count(meta.optimizer_steps);
+  if (gpu)
+    gpu->SetState(into.params, into.first_moment, into.second_moment, meta.optimizer_steps);
+  else
+    optimizer->set_step_count(meta.optimizer_steps);
   step = checkpoint_step;
   last_loss = meta.loss;
   last_val_loss = meta.val_loss;
@@ -563,7 +652,7 @@ Status Trainer::Impl::SaveCheckpoint() {
   meta.data_cursor = loader->CursorAt(step);
   meta.rng_seed = config.seed;
   meta.rng_counter = meta.data_cursor.samples_consumed;
-  meta.optimizer_steps = optimizer->step_count();
+  meta.optimizer_steps = gpu ? gpu->step_count() : optimizer->step_count();
   meta.loss = last_loss;
   meta.val_loss = last_val_loss;
   meta.created_at = NowRfc3339();
@@ -572,10 +661,11 @@ Status Trainer::Impl::SaveCheckpoint() {
     if (Status st = SaveShardedCheckpoint(meta); !st.ok())
       return st;
   } else {
+    const State state = CheckpointState(/*fetch=*/true);
     const std::vector<ShardTensor> tensors = {
-        {"params", model->parameters()},
-        {"adamw.m", optimizer->first_moment()},
-        {"adamw.v", optimizer->second_moment()},
+        {"params", state.params},
+        {"adamw.m", state.first_moment},
+        {"adamw.v", state.second_moment},
     };
     if (Status st = store->Save(meta, {{ShardName(rank.rank), tensors}}); !st.ok())
       return st;
@@ -598,11 +688,13 @@ Status Trainer::Impl::SaveShardedCheckpoint(const CheckpointMeta& meta) {
   if (Status st = Agree(rank.rank == 0 ? store->Begin(meta.step) : Status::Ok(), what); !st.ok())
     return st;
   std::vector<ShardTensor> tensors;
+  const bool writes = writes_parameters() || zero;
+  const State state = CheckpointState(/*fetch=*/writes);
   if (writes_parameters())
-    tensors.push_back({"params", model->parameters()});
-  if (writes_parameters() || zero) {
-    tensors.push_back({"adamw.m", optimizer->first_moment()});
-    tensors.push_back({"adamw.v", optimizer->second_moment()});
+    tensors.push_back({"params", state.params});
+  if (writes) {
+    tensors.push_back({"adamw.m", state.first_moment});
+    tensors.push_back({"adamw.v", state.second_moment});
   }
   ShardRecord mine;
   Status written;
@@ -649,6 +741,11 @@ Status Trainer::Run(const RunOptions& options, TrainResult* result) {
   } catch (const comm::CommError& e) {
     // The group is broken: no checkpoint can be agreed on; the newest complete one stands.
     return CommFailed(fmt::format("step {}: {}", impl_->step + 1, e.what()));
+  } catch (const std::runtime_error& e) {
+    if (!impl_->gpu)
+      throw;
+    // A CUDA or cuBLAS error (out of memory, a device fault): the newest checkpoint stands.
+    return IoError(fmt::format("step {}: the GPU failed: {}", impl_->step + 1, e.what()));
   }
 }
 
@@ -663,7 +760,10 @@ Status Trainer::RunSteps(const RunOptions& options, TrainResult* result) {
     if (Status st = s.Agree(s.Resume(*newest), "resume"); !st.ok())
       return st;
   } else {
-    s.model->InitParameters(c.seed);
+    if (s.gpu)
+      s.gpu->InitParameters(c.seed);
+    else
+      s.model->InitParameters(c.seed);
   }
   result->start_step = s.step;
   const int64_t end_step = options.stop_after_step >= 0

@@ -27,6 +27,10 @@ struct RankContext {
   // innermost).
   std::string mesh = "data=1,pipeline=1,tensor=1";
   int kernel_threads = 0;  // 0: leave the kernels' default (OMP_NUM_THREADS / all cores)
+  int local_rank = 0;      // LOCAL_RANK: picks the CUDA device with precision bf16
+  // precision bf16 with world_size > 1: the same world over NCCL (device memory), for the
+  // gradients; `world_group` keeps the host-side collectives (loss, checkpoint agreement).
+  std::shared_ptr<comm::ProcessGroup> device_group = nullptr;
   // The group of all world_size ranks, this one at `rank`; required when world_size > 1,
   // ignored otherwise. The trainer splits it into the mesh's groups. Collectives failing
   // mid-run end Run with kCommFailed.

@@ -53,6 +53,15 @@ TEST_F(SingleRankGloo, ContractErrorsAreClearAndImmediate) {
   EXPECT_THROW(world_->broadcast(&x, 1, DataType::kFloat32, 3), CommError);
   EXPECT_THROW(world_->send(&x, 1, DataType::kFloat32, 0), CommError);  // to itself
   EXPECT_THROW(world_->all_reduce(&x, 1, DataType::kBFloat16, ReduceOp::kSum), CommError);
+  // A host backend has no stream to order after a device event.
+  int not_an_event = 0;
+  try {
+    world_->wait_event(&not_an_event);
+    ADD_FAILURE() << "wait_event on a Gloo group did not throw";
+  } catch (const CommError& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot wait for a device event"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST_F(SingleRankGloo, MeshOfOneHasGroupsOfOne) {

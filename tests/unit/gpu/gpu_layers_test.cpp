@@ -24,6 +24,12 @@ using gpu_test::kFp32Tolerance;
 using gpu_test::RandomBf16;
 using gpu_test::RelativeErrorWithin;
 
+// cuBLASLt is opened at run time, not linked: wherever the CUDA code is built (CI included,
+// no GPU needed) the library must be found through the binary's run path.
+TEST(CudaLibraries, CublasLtIsFoundAtRunTime) {
+  EXPECT_EQ(LoadCublasLt(), "");
+}
+
 // A fresh seed per test, so every run draws new inputs; printed for reproduction.
 uint64_t FreshSeed() {
   const uint64_t seed = std::random_device{}();

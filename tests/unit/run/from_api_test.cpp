@@ -113,6 +113,18 @@ TEST(TrainerConfigFromJob, YamlRoundTripKeepsTheTrajectory) {
   EXPECT_EQ(back.batch.micro_batches, c.batch.micro_batches);
 }
 
+TEST(TrainerConfigFromJob, Bf16SelectsTheGpuModelAndRoundTrips) {
+  const std::string job =
+      "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: j}\nspec:\n"
+      "  gpusPerWorker: 1\n  trainer: {data: {path: x}, precision: bf16}\n";
+  train::TrainerConfig c;
+  ASSERT_TRUE(train::TrainerConfigFromJob(Decode(job), &c).ok());
+  EXPECT_EQ(c.precision, train::Precision::kBf16);
+  train::TrainerConfig back;
+  ASSERT_TRUE(train::ParseTrainerConfigYaml(train::TrainerConfigYaml(c), "roundtrip", &back).ok());
+  EXPECT_EQ(back.precision, train::Precision::kBf16);
+}
+
 TEST(TrainerConfigFromJob, NoCheckpointSectionMeansNoCheckpoints) {
   train::TrainerConfig c;
   ASSERT_TRUE(train::TrainerConfigFromJob(
@@ -132,7 +144,7 @@ TEST(TrainerConfigFromJob, RefusesWhatTheBuiltinTrainerCannotDo) {
   const std::string head =
       "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: j}\nspec:\n";
   for (const Unsupported& u : std::vector<Unsupported>{
-           {"  trainer: {data: {path: x}, precision: bf16}\n", "spec.trainer.precision"},
+           {"  trainer: {data: {path: x}, precision: fp16}\n", "spec.trainer.precision"},
            {"  trainer: {data: {}}\n", "spec.trainer.data.path"},
            {"  workers: 1\n", "spec.trainer"},
        }) {

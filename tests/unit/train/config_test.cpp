@@ -94,7 +94,7 @@ TEST(TrainerConfig, ErrorsNameTheField) {
       {"schedule: {steps: many}", "schedule.steps: expected an integer"},
       {"schedule: {decay: exponential}", "schedule.decay: 'exponential' is not one of"},
       {"model: {preset: gpt9}", "model.preset: unknown preset"},
-      {"precision: bf16", "precision: 'bf16' is not supported"},
+      {"precision: fp16", "precision: 'fp16' is not one of fp32, bf16"},
       {"batch: [1, 2]", "batch: expected a mapping"},
       {"model: {layers: 2", "not valid YAML"},
       {"kind: Deployment", "kind 'Deployment' is not TrainingJob"},
@@ -206,6 +206,27 @@ TEST(ValidateTrainerConfig, ModelParallelLayouts) {
   }
 }
 
+TEST(ValidateTrainerConfig, Bf16IsDataParallelOnly) {
+  TrainerConfig c;
+  ASSERT_TRUE(ParseTrainerConfigYaml("data: {path: corpus.txt}\nbatch: {global: 8}\n"
+                                     "precision: bf16\n",
+                                     "t.yaml", &c)
+                  .ok());
+  EXPECT_EQ(c.precision, Precision::kBf16);
+  EXPECT_TRUE(ValidateTrainerConfig(c, 4).ok());  // 4 data-parallel replicas
+  const Status mesh = ValidateTrainerConfig(c, 4, 2, 1);
+  EXPECT_EQ(mesh.exit_code(), 2);
+  EXPECT_EQ(mesh.message().rfind("precision: bf16 (the GPU model) runs data parallelism only", 0),
+            0u)
+      << mesh.message();
+  c.parallel.zero_stage = 1;
+  const Status zero = ValidateTrainerConfig(c, 4);
+  EXPECT_EQ(zero.exit_code(), 2);
+  EXPECT_EQ(
+      zero.message().rfind("parallelism.zeroStage: 1 is not available with precision bf16", 0), 0u)
+      << zero.message();
+}
+
 TEST(ConfigHash, CoversTheTrajectoryOnly) {
   TrainerConfig base;
   base.data.path = "a.txt";
@@ -226,6 +247,7 @@ TEST(ConfigHash, CoversTheTrajectoryOnly) {
       [](TrainerConfig& c) { c.schedule.steps += 1; },
       [](TrainerConfig& c) { c.schedule.decay = Decay::kConstant; },
       [](TrainerConfig& c) { c.data.validation_fraction = 0.2; },
+      [](TrainerConfig& c) { c.precision = Precision::kBf16; },
   };
   for (size_t i = 0; i < changes.size(); ++i) {
     TrainerConfig c = base;

@@ -2,10 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
 #include "worker/train/checkpoint.h"
+#include "worker/train/gpu_replica.h"
 
 namespace tessera::train {
 namespace {
@@ -207,6 +209,80 @@ TEST_F(TrainerTest, FinishedRunResumesToNothing) {
   EXPECT_EQ(r.start_step, 3);
   EXPECT_TRUE(r.losses.empty());
   EXPECT_FALSE(r.stopped);
+}
+
+// precision bf16 is the GPU model; where none is visible the job fails at once, exit 2,
+// naming the field and the way out (the GpuTrainerTest cases train on a GPU).
+TEST_F(TrainerTest, Bf16WithoutAGpuIsBadConfigNamingPrecision) {
+  int device = -1;
+  if (CheckGpu(0, &device).ok())
+    GTEST_SKIP() << "a CUDA device is visible: GpuTrainerTest.* train in bf16 on it";
+  TrainerConfig c = Config();
+  c.precision = Precision::kBf16;
+  std::unique_ptr<Trainer> trainer;
+  const Status st = Trainer::Create(c, Rank(), &trainer);
+  EXPECT_EQ(st.exit_code(), 2);
+  EXPECT_EQ(st.message().rfind("precision: bf16 needs a CUDA GPU", 0), 0u) << st.message();
+  EXPECT_NE(st.message().find("use precision fp32"), std::string::npos) << st.message();
+}
+
+// The trainer with the CUDA model (precision bf16) on a GPU; skipped elsewhere.
+class GpuTrainerTest : public TrainerTest {
+ protected:
+  void SetUp() override {
+    int device = -1;
+    if (!CheckGpu(0, &device).ok())
+      GTEST_SKIP() << "no CUDA device: GpuTrainerTest runs on a machine with a GPU";
+    TrainerTest::SetUp();
+  }
+  TrainerConfig Bf16() const {
+    TrainerConfig c = Config();
+    c.precision = Precision::kBf16;
+    return c;
+  }
+};
+
+// Same data, same initial parameters, the same optimizer: the bf16 run follows the fp32 CPU
+// run's loss curve within bf16 rounding, and learns.
+TEST_F(GpuTrainerTest, Bf16TracksTheFp32Run) {
+  TrainResult cpu, gpu;
+  ASSERT_TRUE(Train(Config(), {}, &cpu).ok());
+  const Status st = Train(Bf16(), {}, &gpu);
+  ASSERT_TRUE(st.ok()) << st.message();
+  ASSERT_EQ(gpu.losses.size(), cpu.losses.size());
+  for (size_t i = 0; i < cpu.losses.size(); ++i) {
+    const double rel = std::abs(gpu.losses[i] - cpu.losses[i]) / std::abs(cpu.losses[i]);
+    EXPECT_TRUE(rel <= 3e-2) << "step " << i + 1 << ": gpu " << gpu.losses[i] << " cpu "
+                             << cpu.losses[i];
+  }
+  EXPECT_LT(gpu.losses.back(), gpu.losses.front() - 1.0f);
+  ASSERT_TRUE(gpu.val_loss.has_value() && cpu.val_loss.has_value());
+  EXPECT_NEAR(*gpu.val_loss, *cpu.val_loss, 3e-2 * *cpu.val_loss);
+}
+
+// A checkpoint holds the device's parameters, AdamW moments and step count: the resumed run
+// continues the uninterrupted one (moments reset to zero would change the next steps).
+TEST_F(GpuTrainerTest, ResumeContinuesTheRun) {
+  TrainerConfig straight = Bf16();
+  straight.checkpoint = {.dir = (dir_ / "straight").string(), .every_steps = 5, .keep = 5};
+  TrainResult full;
+  ASSERT_TRUE(Train(straight, {}, &full).ok());
+  TrainerConfig interrupted = straight;
+  interrupted.checkpoint.dir = (dir_ / "interrupted").string();
+  TrainResult first, second;
+  ASSERT_TRUE(Train(interrupted, {.stop_after_step = 5}, &first).ok());
+  const Status st = Train(interrupted, {}, &second);
+  ASSERT_TRUE(st.ok()) << st.message();
+  EXPECT_EQ(second.start_step, 5);
+  ASSERT_EQ(second.losses.size(), 7u);
+  for (size_t i = 0; i < 7; ++i) {
+    EXPECT_NEAR(second.losses[i], full.losses[5 + i], 1e-4 * full.losses[5 + i])
+        << "step " << 6 + i;
+  }
+  CheckpointStore store(interrupted.checkpoint.dir);
+  CheckpointMeta meta;
+  ASSERT_TRUE(store.ReadMeta(5, &meta).ok());
+  EXPECT_EQ(meta.optimizer_steps, 5);
 }
 
 }  // namespace

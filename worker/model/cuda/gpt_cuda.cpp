@@ -371,6 +371,40 @@ void GptCuda::GetGradients(std::span<float> host) const {
   TESSERA_CUDA_CHECK(cudaStreamSynchronize(s.stream));
 }
 
+void GptCuda::GetOptimizerState(std::span<float> first_moment,
+                                std::span<float> second_moment) const {
+  const Impl& s = *impl_;
+  if (static_cast<int64_t>(first_moment.size()) != s.P ||
+      static_cast<int64_t>(second_moment.size()) != s.P) {
+    throw std::invalid_argument("GptCuda::GetOptimizerState: need parameter_count() floats each");
+  }
+  TESSERA_CUDA_CHECK(cudaSetDevice(s.device));
+  const size_t bytes = static_cast<size_t>(s.P) * sizeof(float);
+  TESSERA_CUDA_CHECK(
+      cudaMemcpyAsync(first_moment.data(), s.adam_m, bytes, cudaMemcpyDeviceToHost, s.stream));
+  TESSERA_CUDA_CHECK(
+      cudaMemcpyAsync(second_moment.data(), s.adam_v, bytes, cudaMemcpyDeviceToHost, s.stream));
+  TESSERA_CUDA_CHECK(cudaStreamSynchronize(s.stream));
+}
+
+void GptCuda::SetOptimizerState(std::span<const float> first_moment,
+                                std::span<const float> second_moment, int64_t step_count) {
+  Impl& s = *impl_;
+  if (static_cast<int64_t>(first_moment.size()) != s.P ||
+      static_cast<int64_t>(second_moment.size()) != s.P || step_count < 0) {
+    throw std::invalid_argument(
+        "GptCuda::SetOptimizerState: need parameter_count() floats each and a step count >= 0");
+  }
+  TESSERA_CUDA_CHECK(cudaSetDevice(s.device));
+  const size_t bytes = static_cast<size_t>(s.P) * sizeof(float);
+  TESSERA_CUDA_CHECK(
+      cudaMemcpyAsync(s.adam_m, first_moment.data(), bytes, cudaMemcpyHostToDevice, s.stream));
+  TESSERA_CUDA_CHECK(
+      cudaMemcpyAsync(s.adam_v, second_moment.data(), bytes, cudaMemcpyHostToDevice, s.stream));
+  TESSERA_CUDA_CHECK(cudaStreamSynchronize(s.stream));
+  s.steps = step_count;
+}
+
 void GptCuda::Forward(std::span<const int32_t> tokens, std::span<const int32_t> targets, int B,
                       int T) {
   Impl& s = *impl_;

@@ -56,6 +56,11 @@ class GptCuda {
   void SetParameters(std::span<const float> host);
   void GetParameters(std::span<float> host) const;
   void GetGradients(std::span<float> host) const;
+  // The AdamW moments (parameter_count() floats each) and step count, for checkpoints.
+  // Synchronous. Set them after SetParameters, which resets them.
+  void GetOptimizerState(std::span<float> first_moment, std::span<float> second_moment) const;
+  void SetOptimizerState(std::span<const float> first_moment, std::span<const float> second_moment,
+                         int64_t step_count);
 
   // Forward pass over B sequences of T tokens (T <= seq_len; ids in [0, vocab), checked on the
   // host). Enqueued: returns before the device has finished. `targets` may be empty: then only

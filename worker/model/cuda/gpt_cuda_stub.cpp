@@ -34,6 +34,12 @@ void GptCuda::GetParameters(std::span<float>) const {
 void GptCuda::GetGradients(std::span<float>) const {
   NotBuilt();
 }
+void GptCuda::GetOptimizerState(std::span<float>, std::span<float>) const {
+  NotBuilt();
+}
+void GptCuda::SetOptimizerState(std::span<const float>, std::span<const float>, int64_t) {
+  NotBuilt();
+}
 void GptCuda::Forward(std::span<const int32_t>, std::span<const int32_t>, int, int) {
   NotBuilt();
 }

@@ -8,12 +8,15 @@
 #pragma once
 
 #include <cublasLt.h>
+
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <string>
 
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <string>
 #include <tuple>
 
 namespace tessera::model::cuda {
@@ -75,6 +78,10 @@ class MatmulEngine {
   size_t workspace_bytes_ = 0;
   std::map<Key, Plan*> plans_;
 };
+
+// Opens cuBLASLt (dlopen, once; MatmulEngine does it on first use). Empty when it is there,
+// else why not (the library's name and the loader's message).
+std::string LoadCublasLt();
 
 // ---- encoder: token + position embedding ----
 // out (B,T,C) = wte[tokens[b,t]] + wpe[t]; tokens (B,T) on the device, wte (V,C), wpe (maxT,C).

@@ -1,12 +1,14 @@
 // MatmulEngine: cuBLASLt products with cached descriptors and algorithms; see layers_cuda.h.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 
 #include <bit>
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "worker/model/cuda/layers_cuda.h"
 
@@ -26,26 +28,92 @@ void CheckCublas(cublasStatus_t status, const char* what, const char* file, int 
                            ": cuBLAS status " + std::to_string(static_cast<int>(status)));
 }
 
+// cuBLASLt is opened with dlopen on first use rather than linked: its 96 KiB of static
+// thread-local storage would otherwise be reserved in every thread's stack from process start,
+// and a library that gives its threads small stacks (civetweb, serving /metrics) then fails to
+// create them, in fp32 jobs that never touch the GPU too. A library opened later gets its
+// thread-local storage allocated on first use instead.
+namespace {
+
+struct CublasLt {
+  decltype(&::cublasLtCreate) create = nullptr;
+  decltype(&::cublasLtDestroy) destroy = nullptr;
+  decltype(&::cublasLtMatmul) matmul = nullptr;
+  decltype(&::cublasLtMatmulAlgoGetHeuristic) matmul_algo_get_heuristic = nullptr;
+  decltype(&::cublasLtMatmulDescCreate) matmul_desc_create = nullptr;
+  decltype(&::cublasLtMatmulDescDestroy) matmul_desc_destroy = nullptr;
+  decltype(&::cublasLtMatmulDescSetAttribute) matmul_desc_set_attribute = nullptr;
+  decltype(&::cublasLtMatmulPreferenceCreate) matmul_preference_create = nullptr;
+  decltype(&::cublasLtMatmulPreferenceDestroy) matmul_preference_destroy = nullptr;
+  decltype(&::cublasLtMatmulPreferenceSetAttribute) matmul_preference_set_attribute = nullptr;
+  decltype(&::cublasLtMatrixLayoutCreate) matrix_layout_create = nullptr;
+  decltype(&::cublasLtMatrixLayoutDestroy) matrix_layout_destroy = nullptr;
+  decltype(&::cublasLtMatrixLayoutSetAttribute) matrix_layout_set_attribute = nullptr;
+};
+
+const CublasLt& Lt() {
+  static const CublasLt api = [] {
+    const std::string soname = "libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR);
+    void* lib = dlopen(soname.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) {
+      const char* why = dlerror();
+      throw std::runtime_error("cannot load " + soname + " (cuBLASLt): " + (why ? why : "?"));
+    }
+    CublasLt a;
+    const auto load = [&](auto& fn, const char* name) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
+      if (fn == nullptr)
+        throw std::runtime_error(soname + " has no " + name);
+    };
+    load(a.create, "cublasLtCreate");
+    load(a.destroy, "cublasLtDestroy");
+    load(a.matmul, "cublasLtMatmul");
+    load(a.matmul_algo_get_heuristic, "cublasLtMatmulAlgoGetHeuristic");
+    load(a.matmul_desc_create, "cublasLtMatmulDescCreate");
+    load(a.matmul_desc_destroy, "cublasLtMatmulDescDestroy");
+    load(a.matmul_desc_set_attribute, "cublasLtMatmulDescSetAttribute");
+    load(a.matmul_preference_create, "cublasLtMatmulPreferenceCreate");
+    load(a.matmul_preference_destroy, "cublasLtMatmulPreferenceDestroy");
+    load(a.matmul_preference_set_attribute, "cublasLtMatmulPreferenceSetAttribute");
+    load(a.matrix_layout_create, "cublasLtMatrixLayoutCreate");
+    load(a.matrix_layout_destroy, "cublasLtMatrixLayoutDestroy");
+    load(a.matrix_layout_set_attribute, "cublasLtMatrixLayoutSetAttribute");
+    return a;
+  }();
+  return api;
+}
+
+}  // namespace
+
+std::string LoadCublasLt() {
+  try {
+    (void)Lt();
+    return "";
+  } catch (const std::runtime_error& e) {
+    return e.what();
+  }
+}
+
 struct MatmulEngine::Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr, d = nullptr;
   cublasLtMatmulAlgo_t algo{};
   ~Plan() {
     if (a != nullptr)
-      cublasLtMatrixLayoutDestroy(a);
+      Lt().matrix_layout_destroy(a);
     if (b != nullptr)
-      cublasLtMatrixLayoutDestroy(b);
+      Lt().matrix_layout_destroy(b);
     if (c != nullptr)
-      cublasLtMatrixLayoutDestroy(c);
+      Lt().matrix_layout_destroy(c);
     if (d != nullptr)
-      cublasLtMatrixLayoutDestroy(d);
+      Lt().matrix_layout_destroy(d);
     if (desc != nullptr)
-      cublasLtMatmulDescDestroy(desc);
+      Lt().matmul_desc_destroy(desc);
   }
 };
 
 MatmulEngine::MatmulEngine(size_t workspace_bytes) : workspace_bytes_(workspace_bytes) {
-  TESSERA_CUBLAS_CHECK(cublasLtCreate(&handle_));
+  TESSERA_CUBLAS_CHECK(Lt().create(&handle_));
   TESSERA_CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
 }
 
@@ -53,7 +121,7 @@ MatmulEngine::~MatmulEngine() {
   for (auto& [key, plan] : plans_)
     delete plan;
   cudaFree(workspace_);
-  cublasLtDestroy(handle_);
+  Lt().destroy(handle_);
 }
 
 namespace {
@@ -70,11 +138,11 @@ uint32_t Alignment(const void* p, int64_t stride_bytes, bool batched) {
 cublasLtMatrixLayout_t Layout(cudaDataType_t type, int rows, int cols, int ld, int batch,
                               int64_t stride) {
   cublasLtMatrixLayout_t layout = nullptr;
-  TESSERA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout, type, rows, cols, ld));
+  TESSERA_CUBLAS_CHECK(Lt().matrix_layout_create(&layout, type, rows, cols, ld));
   if (batch > 1) {
-    TESSERA_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
+    TESSERA_CUBLAS_CHECK(Lt().matrix_layout_set_attribute(
         layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof(batch)));
-    TESSERA_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
+    TESSERA_CUBLAS_CHECK(Lt().matrix_layout_set_attribute(
         layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
   }
   return layout;
@@ -112,19 +180,19 @@ void MatmulEngine::Gemm(const GemmArgs& g, cudaStream_t stream) {
   Plan*& plan = plans_[key];
   if (plan == nullptr) {
     auto fresh = std::make_unique<Plan>();
-    TESSERA_CUBLAS_CHECK(cublasLtMatmulDescCreate(&fresh->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    TESSERA_CUBLAS_CHECK(Lt().matmul_desc_create(&fresh->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t op_a = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t op_b = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-    TESSERA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(fresh->desc, CUBLASLT_MATMUL_DESC_TRANSA,
+    TESSERA_CUBLAS_CHECK(Lt().matmul_desc_set_attribute(fresh->desc, CUBLASLT_MATMUL_DESC_TRANSA,
                                                         &op_a, sizeof(op_a)));
-    TESSERA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(fresh->desc, CUBLASLT_MATMUL_DESC_TRANSB,
+    TESSERA_CUBLAS_CHECK(Lt().matmul_desc_set_attribute(fresh->desc, CUBLASLT_MATMUL_DESC_TRANSB,
                                                         &op_b, sizeof(op_b)));
     const cublasLtEpilogue_t epilogue =
         g.bias != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-    TESSERA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(fresh->desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
+    TESSERA_CUBLAS_CHECK(Lt().matmul_desc_set_attribute(fresh->desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
                                                         &epilogue, sizeof(epilogue)));
     if (g.bias != nullptr) {
-      TESSERA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+      TESSERA_CUBLAS_CHECK(Lt().matmul_desc_set_attribute(
           fresh->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)));
     }
     const cudaDataType_t d_type = g.d_fp32 ? CUDA_R_32F : CUDA_R_16BF;
@@ -136,23 +204,23 @@ void MatmulEngine::Gemm(const GemmArgs& g, cudaStream_t stream) {
     fresh->d = Layout(d_type, g.m, g.n, g.ldd, g.batch, g.stride_d);
 
     cublasLtMatmulPreference_t pref = nullptr;
-    TESSERA_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    TESSERA_CUBLAS_CHECK(Lt().matmul_preference_create(&pref));
     const uint64_t workspace = workspace_bytes_;
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+    Lt().matmul_preference_set_attribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
                                          sizeof(workspace));
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
+    Lt().matmul_preference_set_attribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
                                          sizeof(align_a));
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
+    Lt().matmul_preference_set_attribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
                                          sizeof(align_b));
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c,
+    Lt().matmul_preference_set_attribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c,
                                          sizeof(align_c));
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d,
+    Lt().matmul_preference_set_attribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d,
                                          sizeof(align_d));
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
-    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+    const cublasStatus_t status = Lt().matmul_algo_get_heuristic(
         handle_, fresh->desc, fresh->a, fresh->b, fresh->c, fresh->d, pref, 1, &result, &found);
-    cublasLtMatmulPreferenceDestroy(pref);
+    Lt().matmul_preference_destroy(pref);
     if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
       plans_.erase(key);
       throw std::runtime_error("cuBLASLt has no algorithm for m=" + std::to_string(g.m) +
@@ -164,14 +232,14 @@ void MatmulEngine::Gemm(const GemmArgs& g, cudaStream_t stream) {
     fresh->algo = result.algo;
     plan = fresh.release();
   } else if (g.bias != nullptr) {
-    TESSERA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+    TESSERA_CUBLAS_CHECK(Lt().matmul_desc_set_attribute(
         plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)));
   }
   const float alpha = 1.0f;
   const float beta = g.beta;
-  TESSERA_CUBLAS_CHECK(cublasLtMatmul(handle_, plan->desc, &alpha, g.a, plan->a, g.b, plan->b,
-                                      &beta, c, plan->c, g.d, plan->d, &plan->algo, workspace_,
-                                      workspace_bytes_, stream));
+  TESSERA_CUBLAS_CHECK(Lt().matmul(handle_, plan->desc, &alpha, g.a, plan->a, g.b, plan->b, &beta,
+                                   c, plan->c, g.d, plan->d, &plan->algo, workspace_,
+                                   workspace_bytes_, stream));
 }
 
 }  // namespace tessera::model::cuda

@@ -35,6 +35,12 @@ void BucketReducer::GradientsReady(int64_t first) {
     Launch(next_++);
 }
 
+void BucketReducer::GradientsReady(int64_t first, void* device_event) {
+  if (next_ < buckets_.size() && buckets_[next_].begin >= first)
+    group_->wait_event(device_event);
+  GradientsReady(first);
+}
+
 ReductionStats BucketReducer::Finish() {
   const auto start = std::chrono::steady_clock::now();
   while (next_ < buckets_.size())

@@ -49,6 +49,11 @@ class BucketReducer {
   // Starts the all-reduce of each bucket lying entirely in [first, end) not started yet.
   // Matches model::GradientsReadyFn.
   void GradientsReady(int64_t first);
+  // The same for gradients in device memory (a device group, e.g. NCCL): they are final once
+  // `device_event`, a cudaEvent_t, has completed (model::GpuGradientsReadyFn). The buckets
+  // started here are ordered after the event on the group's stream; nothing waits on the host.
+  // The last report of a step must cover the whole buffer (first = 0), as Backward's does.
+  void GradientsReady(int64_t first, void* device_event);
 
   // Starts what is left, waits for every bucket and returns the step's figures; afterwards
   // the buffer holds the average over the group. Throws comm::CommError when a peer is lost
