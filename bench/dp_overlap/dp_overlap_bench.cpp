@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "worker/comm/gloo_process_group.h"
@@ -78,8 +79,13 @@ int RunRank(int rank, int listen_fd, int port, const Options& o) {
     tokens[i] = static_cast<int32_t>(rng() % 256);
     targets[i] = static_cast<int32_t>(rng() % 256);
   }
+  // TESSERA_BUCKETS=fixed compares with buckets cut every bucketMiB, blind to where backward
+  // reports gradients final.
+  const char* plan = std::getenv("TESSERA_BUCKETS");
+  const bool fixed = plan != nullptr && std::string(plan) == "fixed";
   auto reducer_ptr = std::make_unique<parallel::BucketReducer>(
-      group, gpt.gradients(), static_cast<size_t>(o.bucket_mib * 1024 * 1024));
+      group, gpt.gradients(), static_cast<size_t>(o.bucket_mib * 1024 * 1024),
+      fixed ? std::vector<int64_t>() : model::GradientReadyOffsets(gpt.tensors()));
   parallel::BucketReducer& reducer = *reducer_ptr;
   const auto ready = [&](int64_t first) { reducer.GradientsReady(first); };
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <stdexcept>
 #include <utility>
 
@@ -354,6 +355,19 @@ float Gpt::Forward(std::span<const int32_t> tokens, std::span<const int32_t> tar
                                       s.targets.empty() ? nullptr : s.targets.data(), B, T, shard_,
                                       input.empty() ? nullptr : input.data(), &sum);
   return static_cast<float>(loss);
+}
+
+std::vector<int64_t> GradientReadyOffsets(const std::vector<ShardTensor>& tensors) {
+  std::map<int, int64_t> block_start;  // tensors come in buffer order: the first is the start
+  for (const ShardTensor& t : tensors) {
+    if (t.local.layer >= 0)
+      block_start.emplace(t.local.layer, t.local.offset);
+  }
+  std::vector<int64_t> offsets;
+  for (auto it = block_start.rbegin(); it != block_start.rend(); ++it)
+    offsets.push_back(it->second);
+  offsets.push_back(0);
+  return offsets;
 }
 
 void Gpt::Backward(float loss_scale, const GradientsReadyFn& on_ready, int slot,

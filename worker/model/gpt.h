@@ -102,6 +102,11 @@ using TensorSumFn = std::function<void(float* data, int64_t count)>;
 // parallelism starts a bucket's reduction from here while backward continues.
 using GradientsReadyFn = std::function<void(int64_t first)>;
 
+// The offsets Backward reports, in its order, for a buffer of `tensors` (a shard's, or
+// GptShardTensors(config, {}) for the whole model, whose layout GptCuda shares): the first
+// offset of each block from the last to the first, then 0. Gradient buckets are cut there.
+std::vector<int64_t> GradientReadyOffsets(const std::vector<ShardTensor>& tensors);
+
 // Number of threads the CPU kernels use, process-wide (default: OpenMP's, i.e.
 // OMP_NUM_THREADS or the number of CPUs). Call it before training from the thread that runs
 // Forward/Backward. Matrix products are split over these threads with one single-threaded

@@ -37,7 +37,9 @@ Status GpuReplica::Create(const TrainerConfig& config, int device,
   if (r->group_) {
     const std::span<float> grads(r->model_->device_gradients(),
                                  static_cast<size_t>(r->model_->parameter_count()));
-    r->reducer_ = std::make_unique<parallel::BucketReducer>(r->group_, grads, bucket_bytes);
+    r->reducer_ = std::make_unique<parallel::BucketReducer>(
+        r->group_, grads, bucket_bytes,
+        model::GradientReadyOffsets(model::GptShardTensors(config.model, {})));
   }
   *out = std::move(r);
   return Status::Ok();

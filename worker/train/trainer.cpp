@@ -251,7 +251,8 @@ Status Trainer::Create(const TrainerConfig& config, const RankContext& rank,
       impl->owned = impl->zero->own();
     } else if (impl->group) {
       impl->reducer = std::make_unique<parallel::BucketReducer>(
-          impl->group, impl->model->gradients(), bucket_bytes);
+          impl->group, impl->model->gradients(), bucket_bytes,
+          model::GradientReadyOffsets(impl->model->tensors()));
     }
     impl->optimizer = std::make_unique<AdamW>(
         static_cast<size_t>(impl->owned.size()),

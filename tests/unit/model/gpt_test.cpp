@@ -267,6 +267,34 @@ TEST(ModelGptTest, GradientsAccumulateAcrossMicroBatches) {
   }
 }
 
+// GradientReadyOffsets lists exactly what Backward reports, in its order, for the whole model
+// and for a pipeline stage's shard.
+TEST(ModelGptTest, GradientReadyOffsetsAreWhatBackwardReports) {
+  const GptConfig c{3, 16, 2, 8, 32};
+  const int B = 1, T = 8;
+  const std::vector<int32_t> tokens = RandomIds(B * T, c.vocab, 1);
+  const std::vector<int32_t> targets = RandomIds(B * T, c.vocab, 2);
+  Gpt whole(c);
+  whole.InitParameters(3);
+  std::vector<int64_t> reported;
+  whole.Forward(tokens, targets, B, T);
+  whole.Backward(1.0f, [&](int64_t first) { reported.push_back(first); });
+  const std::vector<int64_t> listed = GradientReadyOffsets(whole.tensors());
+  EXPECT_EQ(reported, listed);
+  ASSERT_EQ(listed.size(), 4u);  // 3 blocks, then 0
+  EXPECT_EQ(listed.back(), 0);
+  EXPECT_EQ(GradientReadyOffsets(GptShardTensors(c, {})), listed);
+
+  // The last stage of two: blocks 2..3 of 3 and the head.
+  Gpt last(c, GptShard{.first_layer = 2, .embedding = false});
+  last.InitParameters(3);
+  std::vector<float> input(static_cast<size_t>(B) * T * c.d_model, 0.1f);
+  last.Forward({}, targets, B, T, 0, input);
+  reported.clear();
+  last.Backward(1.0f, [&](int64_t first) { reported.push_back(first); });
+  EXPECT_EQ(reported, GradientReadyOffsets(last.tensors()));
+}
+
 TEST(ModelGptTest, ForwardWithoutTargetsGivesTheSameLogits) {
   const GptConfig c{1, 16, 2, 8, 32};
   const int B = 2, T = 7;  // T below seq_len

@@ -21,6 +21,41 @@ TEST(PlanBuckets, CoversTheBufferFromItsEnd) {
   EXPECT_TRUE(PlanBuckets(0, 4).empty());
 }
 
+// Cut where backward reports: reports merge while they fit, a large one splits evenly, and no
+// bucket spans a report boundary unless it merged whole reports.
+TEST(PlanBuckets, AlignsToTheReadyOffsets) {
+  EXPECT_EQ(PlanBuckets(100, 30, {80, 70, 20, 0}),
+            (std::vector<BufferRange>{{70, 100}, {45, 70}, {20, 45}, {0, 20}}));
+  // Without offsets the fixed plan; one report of everything splits into equal buckets.
+  EXPECT_EQ(PlanBuckets(10, 4, {}), PlanBuckets(10, 4));
+  EXPECT_EQ(PlanBuckets(10, 4, {0}), (std::vector<BufferRange>{{7, 10}, {4, 7}, {0, 4}}));
+  // Every bucket fits, they tile the buffer from its end, and each lies inside one report or
+  // is a union of whole reports.
+  const std::vector<int64_t> ready = {9000, 8100, 5000, 4990, 1200, 300, 0};
+  const std::vector<BufferRange> plan = PlanBuckets(10000, 1000, ready);
+  int64_t end = 10000;
+  for (const BufferRange& b : plan) {
+    EXPECT_EQ(b.end, end);
+    EXPECT_LE(b.size(), 1000);
+    EXPECT_GT(b.size(), 0);
+    end = b.begin;
+  }
+  EXPECT_EQ(end, 0);
+  const auto report_of = [&](int64_t offset) {  // index of the report that completes `offset`
+    size_t i = 0;
+    while (i < ready.size() && offset < ready[i])
+      ++i;
+    return i;
+  };
+  for (const BufferRange& b : plan) {
+    const size_t first = report_of(b.end - 1), last = report_of(b.begin);
+    if (first != last) {  // merged reports: whole ones only
+      EXPECT_EQ(b.begin, ready[last]) << b.begin << ".." << b.end;
+      EXPECT_TRUE(b.end == 10000 || b.end == ready[first - 1]) << b.begin << ".." << b.end;
+    }
+  }
+}
+
 TEST(ZeroLayout, ShardsTileTheBufferInRankOrder) {
   for (const auto& [count, ranks] :
        std::vector<std::pair<int64_t, int>>{{12, 4}, {13, 4}, {3, 4}, {1, 3}, {1000003, 7}}) {

@@ -16,13 +16,48 @@ std::vector<BufferRange> PlanBuckets(int64_t count, int64_t bucket_elements) {
   return buckets;
 }
 
+std::vector<BufferRange> PlanBuckets(int64_t count, int64_t bucket_elements,
+                                     const std::vector<int64_t>& ready) {
+  if (ready.empty())
+    return PlanBuckets(count, bucket_elements);
+  assert(bucket_elements >= 1);
+  std::vector<BufferRange> buckets;
+  BufferRange open{count, count};  // reports merged so far, not yet a bucket
+  int64_t end = count;             // the end of the next report's range
+  for (size_t i = 0; i <= ready.size() && end > 0; ++i) {
+    const int64_t begin = i < ready.size() ? std::clamp<int64_t>(ready[i], 0, end) : 0;
+    if (begin == end)
+      continue;
+    if (open.end - begin <= bucket_elements) {
+      open.begin = begin;  // still fits: merge this report into the open bucket
+    } else {
+      if (open.size() > 0)
+        buckets.push_back(open);
+      const int64_t size = end - begin;
+      if (size <= bucket_elements) {
+        open = {begin, end};
+      } else {
+        // All of it is final at once: equal buckets, none larger than bucket_elements.
+        const int64_t parts = (size + bucket_elements - 1) / bucket_elements;
+        for (int64_t p = 0; p < parts; ++p)
+          buckets.push_back({end - size * (p + 1) / parts, end - size * p / parts});
+        open = {begin, begin};
+      }
+    }
+    end = begin;
+  }
+  if (open.size() > 0)
+    buckets.push_back(open);
+  return buckets;
+}
+
 BucketReducer::BucketReducer(std::shared_ptr<comm::ProcessGroup> group, std::span<float> grads,
-                             size_t bucket_bytes)
+                             size_t bucket_bytes, const std::vector<int64_t>& ready)
     : group_(std::move(group)),
       grads_(grads),
-      buckets_(
-          PlanBuckets(static_cast<int64_t>(grads.size()),
-                      std::max<int64_t>(1, static_cast<int64_t>(bucket_bytes / sizeof(float))))) {}
+      buckets_(PlanBuckets(static_cast<int64_t>(grads.size()),
+                           std::max<int64_t>(1, static_cast<int64_t>(bucket_bytes / sizeof(float))),
+                           ready)) {}
 
 void BucketReducer::Launch(size_t bucket) {
   const BufferRange& r = buckets_[bucket];

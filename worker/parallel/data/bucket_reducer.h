@@ -29,6 +29,14 @@ struct BufferRange {
 // buffer to its start: bucket 0 ends at `count`. Pure.
 std::vector<BufferRange> PlanBuckets(int64_t count, int64_t bucket_elements);
 
+// The same, cut where backward reports gradients final (`ready`: the offsets a model's
+// GradientsReadyFn receives, decreasing; model::GradientReadyOffsets). Each bucket lies
+// within what one report completes, or merges consecutive reports while it stays within
+// `bucket_elements`, so it can start the moment its last gradient is final; a report larger
+// than that is split into equal buckets. Without offsets, PlanBuckets(count, bucket_elements).
+std::vector<BufferRange> PlanBuckets(int64_t count, int64_t bucket_elements,
+                                     const std::vector<int64_t>& ready);
+
 // What the reductions of one step cost this rank.
 struct ReductionStats {
   int buckets = 0;
@@ -41,9 +49,10 @@ struct ReductionStats {
 class BucketReducer {
  public:
   // `grads` must stay alive and at the same address while the reducer is used.
-  // `bucket_bytes` defaults to 25 MiB, as PyTorch DDP's.
+  // `bucket_bytes` defaults to 25 MiB, as PyTorch DDP's. `ready`: where backward reports
+  // gradients final (see PlanBuckets); empty = fixed-size buckets.
   BucketReducer(std::shared_ptr<comm::ProcessGroup> group, std::span<float> grads,
-                size_t bucket_bytes = size_t{25} << 20);
+                size_t bucket_bytes = size_t{25} << 20, const std::vector<int64_t>& ready = {});
 
   // Backward's report: every gradient from element `first` to the end is final for this step.
   // Starts the all-reduce of each bucket lying entirely in [first, end) not started yet.
