@@ -56,6 +56,21 @@ double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+// NVIDIA GPUs on this machine: /dev/nvidia0, /dev/nvidia1, ... (0 without a driver).
+int LocalGpuCount() {
+  int count = 0;
+  std::error_code ec;
+  while (fs::exists("/dev/nvidia" + std::to_string(count), ec))
+    ++count;
+  return count;
+}
+
+// Whether the user chose the visible GPUs; then ranks are not pinned and nothing is checked.
+bool GpusChosenByUser() {
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  return visible != nullptr;
+}
+
 // One line on stderr, then the exit code for "nothing started".
 int BadConfig(const std::string& message) {
   std::cerr << "tessera run: " << message << "\n";
@@ -225,6 +240,7 @@ class LocalRun {
   std::string worker_binary_;
   lifecycle::Policy policy_;
   int64_t procs_per_worker_;
+  int gpus_ = LocalGpuCount();
   bool tty_;
 
   lifecycle::Status status_;
@@ -426,6 +442,9 @@ void LocalRun::CreateWorkers(const lifecycle::CreateWorkers& create) {
       spec.env.emplace_back("GROUP_RANK", std::to_string(index));
       // Every rank is on this machine: Gloo listens and connects on loopback.
       spec.env.emplace_back("TESSERA_COMM_HOST", "127.0.0.1");
+      // A job that asks for GPUs gets one per rank, as the agent pins them in a pod.
+      if (job_.spec.gpus_per_worker > 0 && !GpusChosenByUser() && gpus_ > 0)
+        spec.env.emplace_back("CUDA_VISIBLE_DEVICES", std::to_string(r.rank % gpus_));
       if (omp == nullptr || *omp == '\0')
         spec.env.emplace_back("OMP_NUM_THREADS", threads);
       if (trainer_) {
@@ -868,6 +887,15 @@ int RunJob(const RunOptions& options) {
             static_cast<int>(job.spec.parallelism.tensor));
         !st.ok())
       return BadConfig(options.file + ": " + st.message());
+    // bf16 is the GPU model, with NCCL between ranks: one GPU each.
+    if (config.precision == train::Precision::kBf16 && !GpusChosenByUser() &&
+        LocalGpuCount() < world) {
+      return BadConfig(fmt::format(
+          "{}: spec.trainer.precision: bf16 runs each of the {} ranks on a GPU of its own and "
+          "this machine has {} (/dev/nvidia*); lower spec.workers x procsPerWorker, or use fp32 "
+          "to train on the CPU",
+          options.file, world, LocalGpuCount()));
+    }
     trainer = config;
     worker_binary = options.worker_binary.empty() ? DefaultWorkerBinary() : options.worker_binary;
     if (::access(worker_binary.c_str(), X_OK) != 0) {

@@ -66,6 +66,19 @@ grep -q "spec.parallelism.pipeline: pipeline stages must not outnumber" "$WORK/s
   fail "the field is not named"
 [[ ! -e $WORK/stages ]] || fail "a refused job created its run directory"
 
+# bf16 is the GPU model: more ranks than this machine has GPUs is refused before anything
+# starts (this machine may have none).
+gpus=$(ls /dev | grep -cE '^nvidia[0-9]+$' || true)
+rc=0
+"$TESSERA" run "$TINY" --set spec.gpusPerWorker=1 --set spec.trainer.precision=bf16 \
+  --set spec.workers=$((gpus + 1)) --set spec.parallelism.data=$((gpus + 1)) \
+  --workdir "$WORK/bf16" >"$WORK/bf16.txt" 2>&1 || rc=$?
+cat "$WORK/bf16.txt"
+[[ $rc == 2 ]] || fail "bf16 on too few GPUs: exit code $rc, want 2"
+grep -q "spec.trainer.precision: bf16 runs each of the $((gpus + 1)) ranks on a GPU of its own and this machine has $gpus" \
+  "$WORK/bf16.txt" || fail "the field and the GPU count are not named"
+[[ ! -e $WORK/bf16 ]] || fail "a refused job created its run directory"
+
 rc=0
 "$TESSERA" run "$WORK/does-not-exist.yaml" >"$WORK/missing.txt" 2>&1 || rc=$?
 [[ $rc == 2 ]] && grep -q "does-not-exist.yaml: cannot read" "$WORK/missing.txt" ||
