@@ -7,7 +7,8 @@
 #   2. correctness: the Gpu* tests (each CUDA layer against the CPU reference, whole model,
 #      20-step training run), the trainer in bf16 against the fp32 CPU trainer and its
 #      checkpoint resume (GpuTrainerTest), the GPU smoke test, the NCCL tests (one rank + split
-#      sub-group; wait_event ordering and the bucket reducer on device memory);
+#      sub-group; wait_event ordering and the bucket reducer on device memory), and
+#      `tessera run manifests/examples/gpu-tiny.yaml` for 100 steps;
 #   3. speed: GPT-2 124M (seqLen 1024, bf16, batch $BATCH) tokens/s and MFU for Tessera
 #      (gpt_bench) and for PyTorch with torch.compile (torch_gpt.py), same config and batch.
 # The last line is exactly `ratio=<tessera tokens/s ÷ pytorch tokens/s> mfu=<tessera MFU>`
@@ -152,7 +153,7 @@ else
     exit 2
   fi
   if ! run build "$(budget 240 240)" cmake --build "$build" -j "$jobs" --target gpu_model_test \
-    gpu_smoke_test comm_nccl_test train_test gpt_bench; then
+    gpu_smoke_test comm_nccl_test train_test gpt_bench tessera tessera-worker; then
     say "run.sh: building the GPU targets failed (see run.log)"
     exit 2
   fi
@@ -167,7 +168,8 @@ exe() {  # path of a binary: bundle bin/, or a build tree's bin/ or tests/
   done
   echo "$bin/$name"
 }
-for name in gpu_model_test gpu_smoke_test comm_nccl_test train_test gpt_bench; do
+for name in gpu_model_test gpu_smoke_test comm_nccl_test train_test gpt_bench tessera \
+  tessera-worker; do
   [[ -x "$(exe "$name")" ]] || { say "run.sh: $name missing under $bin"; exit 2; }
 done
 
@@ -195,6 +197,17 @@ if [[ "${SKIP_TESTS:-0}" != 1 ]]; then
   gtest GpuSmoke 60 "$(exe gpu_smoke_test)"
   gtest "Nccl* (one rank + split sub-group, wait_event, bucket reducer)" 90 \
     "$(exe comm_nccl_test)" --gtest_filter='Nccl*'
+  # The product path end to end: `tessera run` of the bf16 example (tessera-worker, the
+  # trainer's GPU model, metrics, checkpoints), 100 steps.
+  if run "tessera run gpu-tiny" "$(budget 90 200)" "$(exe tessera)" run \
+    "$root/manifests/examples/gpu-tiny.yaml" --set spec.trainer.schedule.steps=100 \
+    --set spec.trainer.data.path="$root/data/tinyshakespeare.txt" --workdir "$out/gpu-tiny" \
+    --worker-binary "$(exe tessera-worker)"; then
+    say "run: gpu-tiny passed ($(grep -E 'train loss|val loss|tokens/s' "$stage_log" | tr -s ' ' | tr '\n' ';'))"
+  else
+    failures+=("tessera run gpu-tiny")
+    say "run: gpu-tiny FAILED: $(tail -3 "$stage_log" | tr '\n' ' ')"
+  fi
 fi
 
 # ---- 3. speed -------------------------------------------------------------------------

@@ -891,9 +891,9 @@ int RunJob(const RunOptions& options) {
     if (config.precision == train::Precision::kBf16 && !GpusChosenByUser() &&
         LocalGpuCount() < world) {
       return BadConfig(fmt::format(
-          "{}: spec.trainer.precision: bf16 runs each of the {} ranks on a GPU of its own and "
-          "this machine has {} (/dev/nvidia*); lower spec.workers x procsPerWorker, or use fp32 "
-          "to train on the CPU",
+          "{}: spec.trainer.precision: bf16 needs a GPU per rank: {} rank(s), and this machine "
+          "has {} (/dev/nvidia*); lower spec.workers x procsPerWorker, or use fp32 to train on "
+          "the CPU",
           options.file, world, LocalGpuCount()));
     }
     trainer = config;

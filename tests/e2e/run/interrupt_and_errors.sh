@@ -75,7 +75,7 @@ rc=0
   --workdir "$WORK/bf16" >"$WORK/bf16.txt" 2>&1 || rc=$?
 cat "$WORK/bf16.txt"
 [[ $rc == 2 ]] || fail "bf16 on too few GPUs: exit code $rc, want 2"
-grep -q "spec.trainer.precision: bf16 runs each of the $((gpus + 1)) ranks on a GPU of its own and this machine has $gpus" \
+grep -q "spec.trainer.precision: bf16 needs a GPU per rank: $((gpus + 1)) rank(s), and this machine has $gpus " \
   "$WORK/bf16.txt" || fail "the field and the GPU count are not named"
 [[ ! -e $WORK/bf16 ]] || fail "a refused job created its run directory"
 
