@@ -4,6 +4,9 @@
 #include <cpprest/containerstream.h>
 #include <cpprest/http_client.h>
 
+#include <openssl/ssl.h>
+#include <openssl/x509_vfy.h>
+
 #include <boost/asio/ssl.hpp>
 #include <cctype>
 #include <map>
@@ -16,9 +19,15 @@ namespace http = web::http;
 namespace ssl = boost::asio::ssl;
 
 // Loads the PEM material into an SSL context; returns an error line instead of throwing.
+// cpprestsdk calls this for every new connection, on a context it has already pointed at the
+// system's CA bundle (set_default_verify_paths, which parses every certificate of the bundle:
+// some hundreds of KiB per connection, most of the controller's memory with tens of
+// connections). With the kubeconfig's own CA that bundle is replaced by a store holding only
+// that CA, as client-go trusts only the CA it is given; without one the system's stays.
 std::string ConfigureTls(ssl::context& ctx, const ClientConfig& config) {
   boost::system::error_code ec;
   if (!config.ca_pem.empty()) {
+    SSL_CTX_set_cert_store(ctx.native_handle(), X509_STORE_new());  // frees the bundle's store
     ctx.add_certificate_authority(boost::asio::buffer(config.ca_pem), ec);
     if (ec)
       return "certificate-authority: not a PEM certificate (" + ec.message() + ")";

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "api/contract.h"
+#include "controller/reconcile/cache_trim.h"
 #include "controller/reconcile/job_view.h"
 #include "controller/reconcile/objects.h"
 #include "controller/reconcile/observe.h"
@@ -74,38 +75,6 @@ void Earliest(std::optional<milliseconds>& current, std::optional<milliseconds> 
     current = candidate;
 }
 
-// What the pod cache keeps (informer transform): metadata, status, spec.nodeName and
-// spec.terminationGracePeriodSeconds, all the controller reads back (observe.h, the indexes,
-// progress). The rest of the spec (containers, the contract's environment, volumes) is most of
-// a worker pod, and keeping it would make the cache several times larger.
-void TrimPod(Json& pod) {
-  k8s::StripManagedFields(pod);
-  auto spec = pod.find("spec");
-  if (spec == pod.end() || !spec->is_object())
-    return;
-  Json kept = Json::object();
-  for (const char* field : {"nodeName", "terminationGracePeriodSeconds"}) {
-    auto it = spec->find(field);
-    if (it != spec->end())
-      kept[field] = std::move(*it);
-  }
-  *spec = std::move(kept);
-}
-
-// What the node cache keeps: metadata and status.conditions (readiness); images, capacity,
-// addresses and the rest are never read.
-void TrimNode(Json& node) {
-  k8s::StripManagedFields(node);
-  node.erase("spec");
-  auto status = node.find("status");
-  if (status == node.end() || !status->is_object())
-    return;
-  Json kept = Json::object();
-  if (auto it = status->find("conditions"); it != status->end())
-    kept["conditions"] = std::move(*it);
-  *status = std::move(kept);
-}
-
 // Runs task(0) .. task(n - 1), up to `parallelism` at once (the calling thread is one of the
 // runners): a runner takes the next index as soon as it is free, so one slow request does not
 // hold back the others. After the first failure no further task starts. Returns the failure
@@ -167,8 +136,10 @@ Controller::Controller(k8s::RestClient& client, EventSink& events, ControllerMet
     return o;
   };
   const std::string& ns = options_.namespace_;
-  jobs_ = std::make_unique<k8s::Informer>(client_, TrainingJobs(ns),
-                                          informer_options("trainingjobs", ""));
+  // The caches keep only what reconcile reads (cache_trim.h).
+  k8s::InformerOptions job_options = informer_options("trainingjobs", "");
+  job_options.transform = TrimTrainingJob;
+  jobs_ = std::make_unique<k8s::Informer>(client_, TrainingJobs(ns), std::move(job_options));
   k8s::InformerOptions pod_options = informer_options("pods", api::kLabelJobName);
   pod_options.transform = TrimPod;
   pods_ = std::make_unique<k8s::Informer>(client_, k8s::Pods(ns), std::move(pod_options));
