@@ -34,20 +34,31 @@ std::vector<T> ToHost(const T* d, size_t n) {
   return host;
 }
 
-TEST(NcclGroup, OneRankAndASplitSubGroup) {
-  if (!HaveGpu())
-    GTEST_SKIP() << "no CUDA device: the NCCL test runs on a machine with a GPU";
-  rendezvous::StoreServerOptions so;
-  so.host = "127.0.0.1";
-  so.port = 0;
-  auto server = rendezvous::StoreServer::Start(so);
-  rendezvous::StoreClientOptions co;
-  co.port = server->port();
-  co.connect_timeout = co.timeout = 30s;
-  rendezvous::StoreClient client(co);
-  NcclOptions options;
-  options.comm.timeout = 60s;
-  auto world = CreateNcclProcessGroup(client, 0, 1, 0, options);
+// A one-rank world on device 0 with its own in-process store.
+class NcclWorld : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!HaveGpu())
+      GTEST_SKIP() << "no CUDA device: the NCCL test runs on a machine with a GPU";
+    rendezvous::StoreServerOptions so;
+    so.host = "127.0.0.1";
+    so.port = 0;
+    server_ = rendezvous::StoreServer::Start(so);
+    rendezvous::StoreClientOptions co;
+    co.port = server_->port();
+    co.connect_timeout = co.timeout = 30s;
+    client_ = std::make_unique<rendezvous::StoreClient>(co);
+    NcclOptions options;
+    options.comm.timeout = 60s;
+    world_ = CreateNcclProcessGroup(*client_, 0, 1, 0, options);
+  }
+  std::unique_ptr<rendezvous::StoreServer> server_;
+  std::unique_ptr<rendezvous::StoreClient> client_;
+  std::shared_ptr<ProcessGroup> world_;
+};
+
+TEST_F(NcclWorld, OneRankAndASplitSubGroup) {
+  auto& world = world_;
   ASSERT_EQ(world->size(), 1);
   EXPECT_EQ(world->backend(), "nccl");
 
@@ -77,29 +88,6 @@ TEST(NcclGroup, OneRankAndASplitSubGroup) {
   cudaFree(x);
   cudaFree(y);
 }
-
-// A one-rank world on device 0 with its own in-process store.
-class NcclWorld : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!HaveGpu())
-      GTEST_SKIP() << "no CUDA device: the NCCL test runs on a machine with a GPU";
-    rendezvous::StoreServerOptions so;
-    so.host = "127.0.0.1";
-    so.port = 0;
-    server_ = rendezvous::StoreServer::Start(so);
-    rendezvous::StoreClientOptions co;
-    co.port = server_->port();
-    co.connect_timeout = co.timeout = 30s;
-    client_ = std::make_unique<rendezvous::StoreClient>(co);
-    NcclOptions options;
-    options.comm.timeout = 60s;
-    world_ = CreateNcclProcessGroup(*client_, 0, 1, 0, options);
-  }
-  std::unique_ptr<rendezvous::StoreServer> server_;
-  std::unique_ptr<rendezvous::StoreClient> client_;
-  std::shared_ptr<ProcessGroup> world_;
-};
 
 // wait_event orders the group's next operation after a producer stream's work: the producer
 // is held back on the host for 200 ms before it writes x, and the all-gather issued right
