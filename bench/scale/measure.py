@@ -29,36 +29,64 @@ POD_SPEC = {
 
 
 class Watch:
-    """Follows a collection from a resourceVersion; calls on_object(obj) for every object
-    added or modified, on a thread of its own, until stop()."""
+    """Follows a collection: lists it, then watches from the list's resourceVersion, calling
+    on_object(obj) for every object listed, added or modified, on a thread of its own, until
+    stop(). The API server may end a watch at any time (its timeout, an expired
+    resourceVersion: an ERROR event); then it lists and watches again, as a reflector does, and
+    says so on stderr. on_object must therefore be idempotent."""
 
     def __init__(self, api, path, on_object):
-        _, listed = api.request("GET", path)
+        self.api, self.path, self.on_object = api, path, on_object
+        self.stopped = threading.Event()
+        self.conn = None
+        self.restarts = 0
+        self.resp = self._list_and_watch()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _list_and_watch(self):
+        _, listed = self.api.request("GET", self.path)
         rv = listed["metadata"]["resourceVersion"]
         for obj in listed.get("items", []):
-            on_object(obj)
-        self.conn = api.connect(timeout=3600)
-        sep = "&" if "?" in path else "?"
-        self.conn.request("GET", f"{path}{sep}watch=1&resourceVersion={rv}",
+            self.on_object(obj)
+        self.conn = self.api.connect(timeout=3600)
+        sep = "&" if "?" in self.path else "?"
+        self.conn.request("GET", f"{self.path}{sep}watch=1&resourceVersion={rv}",
                           headers={"Accept": "application/json"})
-        self.resp = self.conn.getresponse()
-        if self.resp.status != 200:
-            raise RuntimeError(f"watch {path}: {self.resp.status}")
-        self.error = None
+        resp = self.conn.getresponse()
+        if resp.status != 200:
+            raise RuntimeError(f"watch {self.path}: {resp.status} {resp.read()[:300]!r}")
+        return resp
 
-        def run():
+    def _run(self):
+        while not self.stopped.is_set():
+            why = "closed by the server"
             try:
                 for line in self.resp:
                     event = json.loads(line)
                     if event.get("type") in ("ADDED", "MODIFIED"):
-                        on_object(event["object"])
-            except Exception as e:  # noqa: BLE001 - closed by stop(), or reported
-                self.error = repr(e)
-
-        self.thread = threading.Thread(target=run, daemon=True)
-        self.thread.start()
+                        self.on_object(event["object"])
+                    elif event.get("type") == "ERROR":
+                        why = f"ERROR event {event.get('object', {}).get('message', '')}"
+                        break
+            except Exception as e:  # noqa: BLE001 - closed by stop(), or restarted below
+                why = repr(e)
+            if self.stopped.is_set():
+                return
+            self.restarts += 1
+            print(f"measure.py: watch {self.path} ended ({why}); listing and watching again",
+                  file=sys.stderr, flush=True)
+            self.conn.close()
+            while not self.stopped.is_set():
+                try:
+                    self.resp = self._list_and_watch()
+                    break
+                except Exception as e:  # noqa: BLE001 - the server may be busy; try again
+                    print(f"measure.py: relist {self.path}: {e!r}", file=sys.stderr, flush=True)
+                    time.sleep(1)
 
     def stop(self):
+        self.stopped.set()
         try:
             self.conn.sock.shutdown(2)
         except Exception:  # noqa: BLE001

@@ -15,6 +15,10 @@ void StripManagedFields(Json& object) {
     meta->erase("managedFields");
 }
 
+static std::string ResourceVersionOf(const Json& object) {
+  return object.value("metadata", Json::object()).value("resourceVersion", "");
+}
+
 IndexFunc IndexByLabel(std::string key) {
   return [key](const Json& object) -> std::vector<std::string> {
     const Json& labels = object.value("metadata", Json::object()).value("labels", Json::object());
@@ -86,18 +90,22 @@ bool Informer::WaitForSync(std::chrono::steady_clock::duration timeout) const {
   return synced_cv_.wait_for(lock, timeout, [this] { return synced_; });
 }
 
+ObjectPtr Informer::Unpack(const Entry& entry) {
+  return std::make_shared<const Json>(Json::from_msgpack(entry.packed));
+}
+
 ObjectPtr Informer::Get(const std::string& key) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = items_.find(key);
-  return it == items_.end() ? nullptr : it->second;
+  return it == items_.end() ? nullptr : Unpack(it->second);
 }
 
 std::vector<ObjectPtr> Informer::List() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<ObjectPtr> out;
   out.reserve(items_.size());
-  for (const auto& [key, object] : items_)
-    out.push_back(object);
+  for (const auto& [key, entry] : items_)
+    out.push_back(Unpack(entry));
   return out;
 }
 
@@ -112,7 +120,7 @@ std::vector<ObjectPtr> Informer::ByIndex(const std::string& index, const std::st
     return out;
   for (const auto& key : keys->second) {
     if (auto it = items_.find(key); it != items_.end())
-      out.push_back(it->second);
+      out.push_back(Unpack(it->second));
   }
   return out;
 }
@@ -137,24 +145,23 @@ void Informer::IndexLocked(const std::string& key, const Json& object, bool inse
   }
 }
 
-static std::string ResourceVersionOf(const Json& object) {
-  return object.value("metadata", Json::object()).value("resourceVersion", "");
-}
-
 void Informer::Upsert(Json object) {
   if (options_.transform)
     options_.transform(object);
   std::string key = KeyOf(object);
+  Entry entry{Json::to_msgpack(object), ResourceVersionOf(object)};
   auto fresh = std::make_shared<const Json>(std::move(object));
   ObjectPtr old;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = items_.find(key);
     if (it != items_.end()) {
-      old = it->second;
+      old = Unpack(it->second);
       IndexLocked(key, *old, false);
+      it->second = std::move(entry);
+    } else {
+      items_.emplace(key, std::move(entry));
     }
-    items_[key] = fresh;
     IndexLocked(key, *fresh, true);
   }
   for (const auto& h : handlers_) {
@@ -169,14 +176,12 @@ void Informer::Upsert(Json object) {
 
 void Informer::Remove(const Json& object) {
   std::string key = KeyOf(object);
-  ObjectPtr old;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = items_.find(key);
     if (it == items_.end())
       return;
-    old = it->second;
-    IndexLocked(key, *old, false);
+    IndexLocked(key, *Unpack(it->second), false);
     items_.erase(it);
   }
   // Hand out the final state the server reported, which may be newer than the cached one.
@@ -193,24 +198,26 @@ void Informer::Remove(const Json& object) {
 void Informer::Replace(std::vector<Json> items, const std::string& resource_version) {
   // A relist: objects no longer listed were deleted while we were not watching; listed ones
   // are added or (when their resourceVersion moved) updated.
-  std::set<std::string> listed;
+  std::map<std::string, std::string> listed;  // key -> resourceVersion
   for (const auto& item : items)
-    listed.insert(KeyOf(item));
+    listed.emplace(KeyOf(item), ResourceVersionOf(item));
   std::vector<ObjectPtr> gone;
+  std::set<std::string> unchanged;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [key, object] : items_) {
-      if (!listed.count(key))
-        gone.push_back(object);
+    for (const auto& [key, entry] : items_) {
+      auto it = listed.find(key);
+      if (it == listed.end())
+        gone.push_back(Unpack(entry));
+      else if (it->second == entry.resource_version)
+        unchanged.insert(key);
     }
   }
   for (const auto& object : gone)
     Remove(*object);
   for (auto& item : items) {
-    ObjectPtr cached = Get(KeyOf(item));
-    if (cached && ResourceVersionOf(*cached) == ResourceVersionOf(item))
-      continue;
-    Upsert(std::move(item));
+    if (!unchanged.count(KeyOf(item)))
+      Upsert(std::move(item));
   }
   {
     std::lock_guard<std::mutex> lock(mu_);

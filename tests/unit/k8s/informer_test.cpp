@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
+
 #include "tests/unit/k8s/fake_apiserver.h"
 
 namespace tessera::k8s {
@@ -135,7 +137,7 @@ TEST_F(K8sInformerTest, IndexesByLabelAndOwnerFollowChanges) {
   EXPECT_TRUE(informer.ByIndex("owner", "uid-b").empty());
 }
 
-TEST_F(K8sInformerTest, CachedObjectsAreSharedImmutableSnapshots) {
+TEST_F(K8sInformerTest, CachedObjectsAreImmutableSnapshots) {
   ASSERT_TRUE(client_.Create(Pods("ns"), Pod("p", "a", "u")).ok());
   Informer informer(client_, Pods("ns"), FastBackoff());
   Journal journal;
@@ -147,6 +149,34 @@ TEST_F(K8sInformerTest, CachedObjectsAreSharedImmutableSnapshots) {
   ASSERT_TRUE(journal.WaitFor("update p"));
   EXPECT_FALSE(before->contains("spec")) << "a reader's snapshot never changes under it";
   EXPECT_EQ((*informer.Get("ns/p"))["spec"]["v"], 2);
+}
+
+// The cache packs objects (MessagePack); what a reader gets back is the object as the server
+// sent it, value types included.
+TEST_F(K8sInformerTest, CachedObjectsComeBackWithTheirValuesAndTypes) {
+  Json pod = Pod("p", "a", "u");
+  pod["spec"] = {{"negative", -3},
+                 {"large", 9007199254740993LL},
+                 {"ratio", 0.25},
+                 {"whole", 2.0},
+                 {"flag", false},
+                 {"none", nullptr},
+                 {"text", "gr\u00fc\u00dfe \"quoted\""},
+                 {"nested", Json::array({Json::array({1, 2}), Json::object(), {{"k", "v"}}})}};
+  ASSERT_TRUE(client_.Create(Pods("ns"), pod).ok());
+  Informer informer(client_, Pods("ns"), FastBackoff());
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(10s));
+  ObjectPtr cached = informer.Get("ns/p");
+  ASSERT_NE(cached, nullptr);
+  EXPECT_EQ((*cached)["spec"], pod["spec"]);
+  EXPECT_TRUE((*cached)["spec"]["ratio"].is_number_float());
+  EXPECT_TRUE((*cached)["spec"]["whole"].is_number_float());
+  EXPECT_TRUE((*cached)["spec"]["large"].is_number_integer());
+  EXPECT_EQ((*cached)["spec"]["large"].get<std::int64_t>(), 9007199254740993LL);
+  EXPECT_EQ((*cached)["metadata"]["labels"]["job"], "a");
+  ASSERT_EQ(informer.List().size(), 1u);
+  EXPECT_EQ(*informer.List()[0], *cached);
 }
 
 TEST_F(K8sInformerTest, ManagedFieldsAreDroppedUnlessTheTransformIsCleared) {
