@@ -357,14 +357,25 @@ float Gpt::Forward(std::span<const int32_t> tokens, std::span<const int32_t> tar
   return static_cast<float>(loss);
 }
 
-std::vector<int64_t> GradientReadyOffsets(const std::vector<ShardTensor>& tensors) {
-  std::map<int, int64_t> block_start;  // tensors come in buffer order: the first is the start
+namespace {
+
+// Where each block's tensors start in the buffer (tensors come in buffer order, so a block's
+// first tensor is its start).
+std::map<int, int64_t> BlockStarts(const std::vector<ShardTensor>& tensors) {
+  std::map<int, int64_t> starts;
   for (const ShardTensor& t : tensors) {
     if (t.local.layer >= 0)
-      block_start.emplace(t.local.layer, t.local.offset);
+      starts.emplace(t.local.layer, t.local.offset);
   }
+  return starts;
+}
+
+}  // namespace
+
+std::vector<int64_t> GradientReadyOffsets(const std::vector<ShardTensor>& tensors) {
+  const std::map<int, int64_t> starts = BlockStarts(tensors);
   std::vector<int64_t> offsets;
-  for (auto it = block_start.rbegin(); it != block_start.rend(); ++it)
+  for (auto it = starts.rbegin(); it != starts.rend(); ++it)
     offsets.push_back(it->second);
   offsets.push_back(0);
   return offsets;
@@ -385,15 +396,10 @@ void Gpt::Backward(float loss_scale, const GradientsReadyFn& on_ready, int slot,
   const cpu::GptParams<float> g = cpu::BindParams(config_, grads_.data(), shard_);
   std::function<void(int)> block_done;
   if (on_ready) {
-    // Block l's tensors start at its first tensor's offset; everything after it (later blocks,
-    // the final layer norm) is already final when block l is.
-    std::vector<int64_t> block_offset(config_.layers, -1);
-    for (const ShardTensor& t : tensors_) {
-      if (t.local.layer >= 0 && block_offset[t.local.layer] < 0)
-        block_offset[t.local.layer] = t.local.offset;
-    }
-    block_done = [&on_ready, block_offset](int layer) {
-      on_ready(layer < 0 ? 0 : block_offset[layer]);
+    // Everything from block l's start on (later blocks, the final layer norm) is final when
+    // block l is; the embeddings (layer -1) complete the buffer (GradientReadyOffsets).
+    block_done = [&on_ready, starts = BlockStarts(tensors_)](int layer) {
+      on_ready(layer < 0 ? 0 : starts.at(layer));
     };
   }
   const cpu::TensorSum sum = tensor_sum_;
