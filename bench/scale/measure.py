@@ -159,8 +159,9 @@ def run_peer(api, ns, jobs, workers, threads, timeout):
         delete_namespace(api, ns, timeout)
 
 
-def run_tessera(api, ns, jobs, workers, threads, timeout):
+def run_tessera(api, ns, jobs, workers, threads, timeout, leave):
     namespace(api, ns)
+    measured = False
     try:
         pods = Tracker(jobs * workers, pod_phase)
         tjs = Tracker(jobs, lambda o: o.get("status", {}).get("phase"))
@@ -182,17 +183,22 @@ def run_tessera(api, ns, jobs, workers, threads, timeout):
                                    f"after {timeout}s")
         pod_watch.stop()
         job_watch.stop()
+        measured = True
         return pods.end - start, tjs.end - start, posted
     finally:
-        # The jobs first, in the foreground, so the controller leaves their pods to the garbage
-        # collector instead of answering each vanishing pod.
-        api.request("DELETE", f"/apis/tessera.dev/v1alpha1/namespaces/{ns}/trainingjobs",
-                    {"propagationPolicy": "Foreground"}, ok=(200, 202, 404))
-        wait_until("the TrainingJobs to be gone", lambda: not api.request(
-            "GET", f"/apis/tessera.dev/v1alpha1/namespaces/{ns}/trainingjobs")[1]["items"],
-                   timeout=timeout)
-        delete_namespace(api, ns, timeout)
+        if not (leave and measured):  # with --leave-tessera the caller tears the cluster down
+            delete_jobs_and_namespace(api, ns, timeout)
 
+
+def delete_jobs_and_namespace(api, ns, timeout):
+    # The jobs first, in the foreground, so the controller leaves their pods to the garbage
+    # collector instead of answering each vanishing pod.
+    api.request("DELETE", f"/apis/tessera.dev/v1alpha1/namespaces/{ns}/trainingjobs",
+                {"propagationPolicy": "Foreground"}, ok=(200, 202, 404))
+    wait_until("the TrainingJobs to be gone", lambda: not api.request(
+        "GET", f"/apis/tessera.dev/v1alpha1/namespaces/{ns}/trainingjobs")[1]["items"],
+               timeout=timeout)
+    delete_namespace(api, ns, timeout)
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -202,6 +208,10 @@ def main():
     parser.add_argument("--threads", type=int, default=16)
     parser.add_argument("--timeout", type=int, default=1800)
     parser.add_argument("--result", help="write the figures here as JSON")
+    parser.add_argument("--leave-tessera", action="store_true",
+                        help="do not delete the TrainingJobs after measuring (the garbage "
+                             "collector takes ~15 minutes for 8000 pods on 2 cores; run.sh "
+                             "tears the whole cluster down instead)")
     args = parser.parse_args()
     api = Api(args.kubeconfig)
     pods = args.jobs * args.workers
@@ -209,7 +219,8 @@ def main():
                                  args.workers, args.threads, args.timeout)
     print(f"peer pods={pods} all_running_s={peer:.2f} posted_s={peer_posted:.2f}", flush=True)
     t_pods, t_jobs, t_posted = run_tessera(api, f"bench-scale-tessera-{os.getpid()}", args.jobs,
-                                           args.workers, args.threads, args.timeout)
+                                           args.workers, args.threads, args.timeout,
+                                           args.leave_tessera)
     print(f"tessera jobs={args.jobs} workers={args.workers} pods={pods} "
           f"pods_running_s={t_pods:.2f} jobs_running_s={t_jobs:.2f} posted_s={t_posted:.2f}",
           flush=True)

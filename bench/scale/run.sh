@@ -69,19 +69,22 @@ curl -sf "http://127.0.0.1:$health/readyz" >/dev/null || {
 }
 echo "jobs=$jobs workers=$workers nodes=$nodes controller flags: ${flags[*]}"
 out=$("$python" "$root/bench/scale/measure.py" --kubeconfig "$KUBECONFIG" --jobs "$jobs" \
-  --workers "$workers" --threads "${THREADS:-16}" | tee /dev/stderr)
+  --workers "$workers" --threads "${THREADS:-16}" --leave-tessera | tee /dev/stderr)
 
 rss_kib=$(awk '$1 == "VmHWM:" { print $2 }' "/proc/$pid/status")
+# CPU seconds the controller used (user + system, fields 14 and 15 of /proc/PID/stat, in clock
+# ticks): on this machine it shares the cores with the control plane it drives.
+cpu_s=$(awk -v hz="$(getconf CLK_TCK)" '{ printf "%.1f", ($14 + $15) / hz }' "/proc/$pid/stat")
 count=$(curl -sf "http://127.0.0.1:$metrics/metrics" |
   awk '$1 == "tessera_controller_reconcile_duration_seconds_count" { print $2 }')
 # Reconcile times of the run, in ms, from lines "reconcile <key>: <result> in <ms> ms".
 sed -n 's/.* D reconcile [^ ]* [a-z]* in \([0-9.]*\) ms$/\1/p' "$log" | sort -n |
-  awk -v rss="$rss_kib" -v count="$count" '
+  awk -v rss="$rss_kib" -v count="$count" -v cpu="$cpu_s" '
     { t[NR] = $1 }
     END {
       if (NR == 0) { print "no reconcile lines in the controller log"; exit 1 }
       p50 = t[int(0.50 * (NR - 1)) + 1]; p99 = t[int(0.99 * (NR - 1)) + 1]
-      printf "controller peak_rss_mib=%.1f reconciles=%d (histogram count %s) reconcile_p50_ms=%.2f reconcile_p99_ms=%.2f reconcile_max_ms=%.2f\n",
-        rss / 1024, NR, count, p50, p99, t[NR]
+      printf "controller peak_rss_mib=%.1f cpu_s=%s reconciles=%d (histogram count %s) reconcile_p50_ms=%.2f reconcile_p99_ms=%.2f reconcile_max_ms=%.2f\n",
+        rss / 1024, cpu, NR, count, p50, p99, t[NR]
     }'
 grep '^ratio=' <<<"$out" | tail -1
