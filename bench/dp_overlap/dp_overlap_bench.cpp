@@ -89,9 +89,9 @@ int RunRank(int rank, int listen_fd, int port, const Options& o) {
   parallel::BucketReducer& reducer = *reducer_ptr;
   const auto ready = [&](int64_t first) { reducer.GradientsReady(first); };
 
-  std::vector<double> comm, exposed, overlap_step, serial_step;
+  std::vector<double> comm, exposed, overlap_step, serial_step, pending;
   for (int step = -2; step < o.steps; ++step) {  // two warm-up steps
-    double t[4];
+    double t[5];
     group->barrier()->wait();
     auto start = Clock::now();
     reducer.GradientsReady(0);
@@ -103,7 +103,9 @@ int RunRank(int rank, int listen_fd, int port, const Options& o) {
     gpt.ZeroGradients();
     gpt.Forward(tokens, targets, B, T);
     gpt.Backward(1.0f, ready);
-    t[1] = reducer.Finish().exposed_seconds;
+    const parallel::ReductionStats overlapped = reducer.Finish();
+    t[1] = overlapped.exposed_seconds;
+    t[4] = overlapped.pending_at_finish;
     t[2] = Since(start);
 
     group->barrier()->wait();
@@ -114,13 +116,14 @@ int RunRank(int rank, int listen_fd, int port, const Options& o) {
     reducer.Finish();
     t[3] = Since(start);
 
-    group->all_reduce(t, 4, comm::DataType::kFloat64, comm::ReduceOp::kMax)->wait();
+    group->all_reduce(t, 5, comm::DataType::kFloat64, comm::ReduceOp::kMax)->wait();
     if (step < 0)
       continue;
     comm.push_back(t[0]);
     exposed.push_back(t[1]);
     overlap_step.push_back(t[2]);
     serial_step.push_back(t[3]);
+    pending.push_back(t[4]);
   }
   if (rank == 0) {
     const double c = Median(comm), e = Median(exposed);
@@ -133,8 +136,8 @@ int RunRank(int rank, int listen_fd, int port, const Options& o) {
         o.bucket_mib, B, T, o.threads);
     std::printf(
         "comm_alone_ms=%.2f exposed_ms=%.2f overlap_step_ms=%.2f serial_step_ms=%.2f "
-        "speedup=%.3f\n",
-        c * 1e3, e * 1e3, so * 1e3, ss * 1e3, ss / so);
+        "speedup=%.3f pending_at_finish=%.0f/%zu\n",
+        c * 1e3, e * 1e3, so * 1e3, ss * 1e3, ss / so, Median(pending), reducer.buckets().size());
     std::printf(
         "hidden=%.3f wall=%.3f (hidden: 1 - exposed / comm alone, target >= 0.70; wall: "
         "(serial - overlap step) / comm alone)\n",

@@ -78,9 +78,12 @@ void BucketReducer::GradientsReady(int64_t first, void* device_event) {
 
 ReductionStats BucketReducer::Finish() {
   const auto start = std::chrono::steady_clock::now();
+  ReductionStats stats;
+  stats.pending_at_finish = static_cast<int>(buckets_.size() - next_);
+  for (const std::shared_ptr<comm::Work>& w : in_flight_)
+    stats.pending_at_finish += w->completed() ? 0 : 1;
   while (next_ < buckets_.size())
     Launch(next_++);
-  ReductionStats stats;
   stats.buckets = static_cast<int>(in_flight_.size());
   stats.bytes = static_cast<int64_t>(grads_.size() * sizeof(float));
   std::vector<std::shared_ptr<comm::Work>> works;

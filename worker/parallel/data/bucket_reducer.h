@@ -42,6 +42,9 @@ struct ReductionStats {
   int buckets = 0;
   int64_t bytes = 0;           // bytes all-reduced (each rank's contribution)
   double exposed_seconds = 0;  // time Finish() blocked: communication not hidden by backward
+  // Buckets not yet reduced when Finish() was called (not started, or started and not
+  // complete): how far communication lagged behind backward.
+  int pending_at_finish = 0;
 };
 
 // Not thread-safe: the thread running backward owns it. One step at a time:
