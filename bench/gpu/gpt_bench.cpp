@@ -96,6 +96,29 @@ int Run(int argc, char** argv) {
     if (s >= warmup)
       timed += std::chrono::duration<double>(t1 - t0).count();
   }
+  // One more step, untimed above, with a wait after each phase: where a step's time goes.
+  // The waits drain the queue between phases, so the parts add up to a little more than a step.
+  double phase_ms[3] = {0, 0, 0};
+  {
+    const std::span<const int32_t> all(data);
+    const auto tokens = all.first(data.size() - 1);
+    const auto targets = all.last(data.size() - 1);
+    model->Synchronize();
+    auto mark = std::chrono::steady_clock::now();
+    auto lap = [&](double* into) {
+      model->Synchronize();
+      const auto now = std::chrono::steady_clock::now();
+      *into = std::chrono::duration<double, std::milli>(now - mark).count();
+      mark = now;
+    };
+    model->ZeroGradients();
+    model->Forward(tokens, targets, B, T);
+    lap(&phase_ms[0]);
+    model->Backward();
+    lap(&phase_ms[1]);
+    model->Step(adamw, adamw.lr);
+    lap(&phase_ms[2]);
+  }
   const int64_t P = tessera::model::GptParameterCount(config);
   const double flops_per_token =
       6.0 * static_cast<double>(P - static_cast<int64_t>(config.seq_len) * config.d_model) +
@@ -104,9 +127,11 @@ int Run(int argc, char** argv) {
   const double mfu = tokens_per_s * flops_per_token / (peak_tflops * 1e12);
   std::printf(
       "tessera tokens_per_s=%.1f step_ms=%.2f mfu=%.4f batch=%d seq_len=%d params=%lld "
-      "activation_gib=%.2f loss_first=%.4f loss_last=%.4f grad_norm=%.4f\n",
+      "activation_gib=%.2f loss_first=%.4f loss_last=%.4f grad_norm=%.4f forward_ms=%.2f "
+      "backward_ms=%.2f optimizer_ms=%.2f\n",
       tokens_per_s, 1e3 * timed / steps, mfu, B, T, static_cast<long long>(P),
-      static_cast<double>(model->activation_bytes()) / (1 << 30), first, last, model->GradNorm());
+      static_cast<double>(model->activation_bytes()) / (1 << 30), first, last, model->GradNorm(),
+      phase_ms[0], phase_ms[1], phase_ms[2]);
   return std::isfinite(last) ? 0 : 1;
 }
 

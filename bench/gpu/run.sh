@@ -201,7 +201,7 @@ if [[ "${SKIP_TESTS:-0}" != 1 ]]; then
   # trainer's GPU model, metrics, checkpoints), 100 steps.
   if run "tessera run gpu-tiny" "$(budget 90 200)" "$(exe tessera)" run \
     "$root/manifests/examples/gpu-tiny.yaml" --set spec.trainer.schedule.steps=100 \
-    --set spec.trainer.data.path="$root/data/tinyshakespeare.txt" --workdir "$out/gpu-tiny" \
+    --set spec.trainer.data.path="$root/data/tinyshakespeare.txt" --workdir "$(mktemp -d)/gpu-tiny" \
     --worker-binary "$(exe tessera-worker)"; then
     say "run: gpu-tiny passed ($(grep -E 'train loss|val loss|tokens/s' "$stage_log" | tr -s ' ' | tr '\n' ';'))"
   else

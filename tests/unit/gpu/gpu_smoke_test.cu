@@ -18,10 +18,15 @@ bool HaveGpu() {
   return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
 }
 
-TEST(GpuSmoke, NcclVersionMatchesHeader) {
+// The NCCL loaded at run time may be the machine's rather than the one compiled against (the GPU
+// bundle of bench/gpu carries none: an H200 image had 2.28.3 under our 2.32.3 headers). It must be
+// the same major version and at least 2.18, the first with every call worker/comm makes
+// (ncclCommSplit the newest; non-blocking ncclCommInitRankConfig since 2.14).
+TEST(GpuSmoke, NcclRuntimeHasTheCallsWeUse) {
   int version = 0;
   ASSERT_EQ(ncclGetVersion(&version), ncclSuccess);
-  EXPECT_EQ(version, NCCL_VERSION_CODE);
+  EXPECT_EQ(version / 10000, NCCL_VERSION_CODE / 10000) << "runtime " << version;
+  EXPECT_GE(version, NCCL_VERSION(2, 18, 0)) << "runtime " << version;
 }
 
 TEST(GpuSmoke, KernelAddsOne) {
