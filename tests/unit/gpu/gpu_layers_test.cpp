@@ -82,42 +82,54 @@ TEST(GpuLayers, EncoderForwardAndBackward) {
   EXPECT_TRUE(RelativeErrorWithin(d_dwpe.ToHost(), dwpe, kFp32Tolerance));
 }
 
-TEST(GpuLayers, LayerNormForwardAndBackward) {
-  TESSERA_SKIP_WITHOUT_GPU();
+// N rows of C values: C = 128 and 768 take the packed backward kernel (one and three packs of
+// 8 per lane), C = 100 the general one.
+void CheckLayerNorm(int N, int C) {
   const uint64_t seed = FreshSeed();
-  std::vector<float> inp = RandomBf16(size_t{kN} * kC, 2.0f, seed);
+  std::vector<float> inp = RandomBf16(static_cast<size_t>(N) * C, 2.0f, seed);
   for (size_t i = 0; i < inp.size(); i++)
     inp[i] = gpu_test::RoundToBf16(inp[i] + 0.5f);  // a non-zero mean
-  const std::vector<float> weight = RandomBf16(kC, 1.0f, seed + 1);
-  const std::vector<float> bias = RandomBf16(kC, 1.0f, seed + 2);
+  const std::vector<float> weight = RandomBf16(C, 1.0f, seed + 1);
+  const std::vector<float> bias = RandomBf16(C, 1.0f, seed + 2);
   const std::vector<float> dout = RandomBf16(inp.size(), 1.0f, seed + 3);
   std::vector<float> dinp = RandomBf16(inp.size(), 1.0f, seed + 4);  // += onto these
-  std::vector<float> dweight = RandomBf16(kC, 1.0f, seed + 5);
-  std::vector<float> dbias = RandomBf16(kC, 1.0f, seed + 6);
+  std::vector<float> dweight = RandomBf16(C, 1.0f, seed + 5);
+  std::vector<float> dbias = RandomBf16(C, 1.0f, seed + 6);
 
   DeviceBf16 d_inp(inp), d_w(weight), d_b(bias), d_out(inp.size()), d_dout(dout), d_dinp(dinp);
-  DeviceArray<float> d_mean(kN), d_rstd(kN), d_dw(dweight), d_db(dbias);
+  DeviceArray<float> d_mean(N), d_rstd(N), d_dw(dweight), d_db(dbias);
   layernorm_forward(d_out.as<bf16>(), d_mean.get(), d_rstd.get(), d_inp.as<bf16>(), d_w.as<bf16>(),
-                    d_b.as<bf16>(), kN, kC, nullptr);
+                    d_b.as<bf16>(), N, C, nullptr);
   TESSERA_CUDA_OK(cudaDeviceSynchronize());
   // Backward from the device's statistics, so that both sides start from the same values.
   const std::vector<float> mean = d_mean.ToHost();
   const std::vector<float> rstd = d_rstd.ToHost();
   layernorm_backward(d_dinp.as<bf16>(), d_dw.get(), d_db.get(), d_dout.as<bf16>(), d_inp.as<bf16>(),
-                     d_w.as<bf16>(), d_mean.get(), d_rstd.get(), kN, kC, nullptr);
+                     d_w.as<bf16>(), d_mean.get(), d_rstd.get(), N, C, nullptr);
   TESSERA_CUDA_OK(cudaDeviceSynchronize());
 
-  std::vector<float> out(inp.size()), cpu_mean(kN), cpu_rstd(kN);
+  std::vector<float> out(inp.size()), cpu_mean(N), cpu_rstd(N);
   cpu::layernorm_forward(out.data(), cpu_mean.data(), cpu_rstd.data(), inp.data(), weight.data(),
-                         bias.data(), kN, kC);
+                         bias.data(), N, C);
   EXPECT_TRUE(RelativeErrorWithin(d_out.ToHost(), out, kBf16Tolerance));
   EXPECT_TRUE(RelativeErrorWithin(mean, cpu_mean, kFp32Tolerance));
   EXPECT_TRUE(RelativeErrorWithin(rstd, cpu_rstd, kFp32Tolerance));
   cpu::layernorm_backward(dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(),
-                          weight.data(), mean.data(), rstd.data(), kN, kC);
+                          weight.data(), mean.data(), rstd.data(), N, C);
   EXPECT_TRUE(RelativeErrorWithin(d_dinp.ToHost(), dinp, kBf16Tolerance));
   EXPECT_TRUE(RelativeErrorWithin(d_dw.ToHost(), dweight, kFp32Tolerance));
   EXPECT_TRUE(RelativeErrorWithin(d_db.ToHost(), dbias, kFp32Tolerance));
+}
+
+TEST(GpuLayers, LayerNormForwardAndBackward) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  CheckLayerNorm(kN, kC);
+}
+
+TEST(GpuLayers, LayerNormAtGpt2WidthAndAnUnpackedWidth) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  CheckLayerNorm(300, 768);
+  CheckLayerNorm(50, 100);
 }
 
 // out = [residual +] inp @ W^T + b, and its backward, for the shapes of the model.
@@ -201,10 +213,11 @@ TEST(GpuLayers, AttentionForwardAndBackward) {
   EXPECT_TRUE(RelativeErrorWithin(d_dqkv.ToHost(), dqkv, kBf16Tolerance));
 }
 
+// n not a multiple of 8: the vectorized kernels' packs, then the tail one by one.
 TEST(GpuLayers, GeluForwardAndBackward) {
   TESSERA_SKIP_WITHOUT_GPU();
   const uint64_t seed = FreshSeed();
-  const int64_t n = int64_t{kN} * 4 * kC;
+  const int64_t n = int64_t{kN} * 4 * kC + 5;
   const std::vector<float> inp = RandomBf16(n, 2.0f, seed);
   const std::vector<float> dout = RandomBf16(n, 1.0f, seed + 1);
   DeviceBf16 d_inp(inp), d_out(n), d_d(dout);
@@ -218,28 +231,28 @@ TEST(GpuLayers, GeluForwardAndBackward) {
   EXPECT_TRUE(RelativeErrorWithin(d_d.ToHost(), dinp, kBf16Tolerance));
 }
 
-TEST(GpuLayers, CrossEntropyForwardAndBackward) {
-  TESSERA_SKIP_WITHOUT_GPU();
+// V values of each row, rows ld apart (padded past V, as the model's logits).
+void CheckCrossEntropy(int V, int ld) {
   const uint64_t seed = FreshSeed();
-  const int ld = 1024;  // rows padded past V, as the model's logits
-  const std::vector<int32_t> targets = RandomIds(kN, kV, seed);
-  const std::vector<float> logits = RandomBf16(size_t{kN} * kV, 3.0f, seed + 1);
+  const std::vector<int32_t> targets = RandomIds(kN, V, seed);
+  const std::vector<float> logits = RandomBf16(size_t{kN} * V, 3.0f, seed + 1);
   std::vector<float> padded(size_t{kN} * ld, 7.0f);  // padding must be ignored
   for (int n = 0; n < kN; n++)
-    std::copy_n(logits.begin() + size_t{kV} * n, kV, padded.begin() + size_t{ld} * n);
+    std::copy_n(logits.begin() + static_cast<size_t>(V) * n, V,
+                padded.begin() + static_cast<size_t>(ld) * n);
   const float dloss = 1.0f / kN;
   DeviceBf16 d_logits(padded);
   DeviceArray<int32_t> d_targets(targets);
   DeviceArray<float> d_losses(kN), d_lse(kN), d_mean(1);
-  crossentropy_forward(d_losses.get(), d_lse.get(), d_logits.as<bf16>(), ld, d_targets.get(), kN,
-                       kV, nullptr);
+  crossentropy_forward(d_losses.get(), d_lse.get(), d_logits.as<bf16>(), ld, d_targets.get(), kN, V,
+                       nullptr);
   mean_reduce(d_mean.get(), d_losses.get(), kN, nullptr);
-  crossentropy_softmax_backward(d_logits.as<bf16>(), ld, d_lse.get(), d_targets.get(), dloss, kN,
-                                kV, nullptr);
+  crossentropy_softmax_backward(d_logits.as<bf16>(), ld, d_lse.get(), d_targets.get(), dloss, kN, V,
+                                nullptr);
   TESSERA_CUDA_OK(cudaDeviceSynchronize());
 
   std::vector<float> losses(kN), lse(kN);
-  cpu::crossentropy_forward(losses.data(), lse.data(), logits.data(), targets.data(), kN, kV);
+  cpu::crossentropy_forward(losses.data(), lse.data(), logits.data(), targets.data(), kN, V);
   EXPECT_TRUE(RelativeErrorWithin(d_losses.ToHost(), losses, kFp32Tolerance));
   EXPECT_TRUE(RelativeErrorWithin(d_lse.ToHost(), lse, kFp32Tolerance));
   double sum = 0;
@@ -247,14 +260,29 @@ TEST(GpuLayers, CrossEntropyForwardAndBackward) {
     sum += l;
   EXPECT_TRUE(RelativeErrorWithin(d_mean.ToHost(), {static_cast<float>(sum / kN)}, kFp32Tolerance));
   std::vector<float> dlogits = logits;
-  cpu::crossentropy_softmax_backward(dlogits.data(), lse.data(), targets.data(), dloss, kN, kV);
+  cpu::crossentropy_softmax_backward(dlogits.data(), lse.data(), targets.data(), dloss, kN, V);
   const std::vector<float> got_padded = d_logits.ToHost();
-  std::vector<float> got(size_t{kN} * kV);
+  std::vector<float> got(size_t{kN} * V);
   for (int n = 0; n < kN; n++) {
-    std::copy_n(got_padded.begin() + size_t{ld} * n, kV, got.begin() + size_t{kV} * n);
-    EXPECT_EQ(got_padded[size_t{ld} * n + kV], 7.0f) << "padding of row " << n << " written";
+    std::copy_n(got_padded.begin() + static_cast<size_t>(ld) * n, V,
+                got.begin() + static_cast<size_t>(V) * n);
+    EXPECT_EQ(got_padded[static_cast<size_t>(ld) * n + V], 7.0f)
+        << "padding of row " << n << " written";
   }
   EXPECT_TRUE(RelativeErrorWithin(got, dlogits, kBf16Tolerance));
+}
+
+TEST(GpuLayers, CrossEntropyForwardAndBackward) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  CheckCrossEntropy(kV, 1024);
+}
+
+// V % 8 != 0, as GPT-2's 50257: packs of 8, then the last values one by one; and a row stride
+// that is not a multiple of 8, which takes the unvectorized path.
+TEST(GpuLayers, CrossEntropyWithARaggedVocabulary) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  CheckCrossEntropy(kV + 3, 1024);
+  CheckCrossEntropy(kV + 3, kV + 5);
 }
 
 // The AdamW step of worker/train/adamw.h with clipping by global norm (ClipToNorm), on the

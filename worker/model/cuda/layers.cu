@@ -4,6 +4,7 @@
 #include <cuda_bf16.h>
 
 #include <cmath>
+#include <cstdint>
 
 #include "worker/model/cuda/layers_cuda.h"
 
@@ -62,6 +63,26 @@ __device__ inline float ToFloat(bf16 x) {
 }
 __device__ inline bf16 ToBf16(float x) {
   return __float2bfloat16_rn(x);
+}
+
+// Eight bf16 values moved as one 16-byte access: the element-wise and row kernels are bound by
+// memory traffic, and 2-byte accesses left them at about a third of the H200's bandwidth
+// (bench/gpu/profile.sh). Used where the addresses are 16-byte aligned (Aligned16 on the host).
+constexpr int kPack = 8;
+struct alignas(16) Pack8 {
+  bf16 v[kPack];
+};
+__device__ inline Pack8 LoadPack(const bf16* p) {
+  Pack8 r;
+  *reinterpret_cast<int4*>(&r) = *reinterpret_cast<const int4*>(p);
+  return r;
+}
+__device__ inline void StorePack(bf16* p, const Pack8& r) {
+  *reinterpret_cast<int4*>(p) = *reinterpret_cast<const int4*>(&r);
+}
+
+bool Aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -170,6 +191,91 @@ __global__ void LayerNormBackwardKernel(bf16* dinp, float* dweight, float* dbias
   for (int i = threadIdx.x; i < C; i += blockDim.x) {
     atomicAdd(dweight + i, sdw[i]);
     atomicAdd(dbias + i, sdb[i]);
+  }
+}
+
+// The same, for C % 8 == 0 and C <= 8 * 32 * kPacksPerLane: lane l of a warp owns packs l,
+// l + 32, ... of every row, so the row stays in registers between the two passes and the lane's
+// share of dweight and dbias is summed in registers over all the rows its warp takes; then once
+// per warp into shared memory and once per block into global memory. (The kernel above adds
+// to shared memory for every value of every row, with 2-byte accesses.)
+constexpr int kLayerNormBackwardThreads = 256;
+template <int kPacksPerLane>
+__global__ void __launch_bounds__(kLayerNormBackwardThreads)
+    LayerNormBackwardPackedKernel(bf16* dinp, float* dweight, float* dbias, const bf16* dout,
+                                  const bf16* inp, const bf16* weight, const float* mean,
+                                  const float* rstd, int N, int C) {
+  extern __shared__ float shared[];  // dweight (C) | dbias (C)
+  for (int i = threadIdx.x; i < 2 * C; i += blockDim.x)
+    shared[i] = 0.0f;
+  __syncthreads();
+  const int lane = threadIdx.x % kWarp;
+  const int packs = C / kPack;
+  // The row's values stay packed (4 registers per 8 values); the weights are re-read (L1).
+  float dw[kPacksPerLane][kPack];
+  float db[kPacksPerLane][kPack];
+  for (int k = 0; k < kPacksPerLane; k++) {
+    for (int j = 0; j < kPack; j++) {
+      dw[k][j] = 0.0f;
+      db[k][j] = 0.0f;
+    }
+  }
+  const int warps_per_block = blockDim.x / kWarp;
+  const int64_t warp0 = static_cast<int64_t>(blockIdx.x) * warps_per_block + threadIdx.x / kWarp;
+  const int64_t warp_stride = static_cast<int64_t>(gridDim.x) * warps_per_block;
+  for (int64_t row = warp0; row < N; row += warp_stride) {
+    const float m = mean[row];
+    const float s = rstd[row];
+    Pack8 dy[kPacksPerLane];
+    Pack8 x[kPacksPerLane];
+    float dnorm_mean = 0.0f;
+    float dnorm_norm_mean = 0.0f;
+    for (int k = 0; k < kPacksPerLane; k++) {
+      const int p = lane + k * kWarp;
+      if (p >= packs)
+        continue;
+      dy[k] = LoadPack(dout + row * C + p * kPack);
+      x[k] = LoadPack(inp + row * C + p * kPack);
+      const Pack8 w = LoadPack(weight + p * kPack);
+      for (int j = 0; j < kPack; j++) {
+        const float dnorm = ToFloat(w.v[j]) * ToFloat(dy[k].v[j]);
+        dnorm_mean += dnorm;
+        dnorm_norm_mean += dnorm * (ToFloat(x[k].v[j]) - m) * s;
+      }
+    }
+    dnorm_mean = WarpSum(dnorm_mean) / C;
+    dnorm_norm_mean = WarpSum(dnorm_norm_mean) / C;
+    for (int k = 0; k < kPacksPerLane; k++) {
+      const int p = lane + k * kWarp;
+      if (p >= packs)
+        continue;
+      const Pack8 w = LoadPack(weight + p * kPack);
+      bf16* dx_ptr = dinp + row * C + p * kPack;
+      Pack8 dx = LoadPack(dx_ptr);
+      for (int j = 0; j < kPack; j++) {
+        const float g = ToFloat(dy[k].v[j]);
+        const float norm = (ToFloat(x[k].v[j]) - m) * s;
+        const float d = (ToFloat(w.v[j]) * g - dnorm_mean - norm * dnorm_norm_mean) * s;
+        dx.v[j] = ToBf16(ToFloat(dx.v[j]) + d);
+        dw[k][j] += norm * g;
+        db[k][j] += g;
+      }
+      StorePack(dx_ptr, dx);
+    }
+  }
+  for (int k = 0; k < kPacksPerLane; k++) {
+    const int p = lane + k * kWarp;
+    if (p >= packs)
+      continue;
+    for (int j = 0; j < kPack; j++) {
+      atomicAdd(shared + p * kPack + j, dw[k][j]);
+      atomicAdd(shared + C + p * kPack + j, db[k][j]);
+    }
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < C; i += blockDim.x) {
+    atomicAdd(dweight + i, shared[i]);
+    atomicAdd(dbias + i, shared[C + i]);
   }
 }
 
@@ -295,35 +401,87 @@ __global__ void SoftmaxBackwardKernel(bf16* datt, const bf16* att, int64_t rows,
 // ---------------------------------------------------------------------------------------
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
 
-__global__ void GeluForwardKernel(bf16* out, const bf16* inp, int64_t N) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= N)
-    return;
-  const float x = ToFloat(inp[i]);
-  out[i] = ToBf16(0.5f * x * (1.0f + tanhf(kGeluScale * (x + 0.044715f * x * x * x))));
+__device__ inline float Gelu(float x) {
+  return 0.5f * x * (1.0f + tanhf(kGeluScale * (x + 0.044715f * x * x * x)));
 }
 
-__global__ void GeluBackwardKernel(bf16* dinp, const bf16* inp, const bf16* dout, int64_t N) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= N)
-    return;
-  const float x = ToFloat(inp[i]);
+__device__ inline float GeluGrad(float x) {
   const float th = tanhf(kGeluScale * (x + 0.044715f * x * x * x));
   const float sech2 = 1.0f - th * th;
-  const float grad =
-      0.5f * (1.0f + th) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
-  dinp[i] = ToBf16(grad * ToFloat(dout[i]));
+  return 0.5f * (1.0f + th) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
+// Each thread one pack of 8 (vectorized, the pointers 16-byte aligned) or, with vec false, one
+// value; the last thread of a vectorized launch also takes the N % 8 values after the packs.
+__global__ void GeluForwardKernel(bf16* out, const bf16* inp, int64_t N, bool vec) {
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (!vec) {
+    if (t < N)
+      out[t] = ToBf16(Gelu(ToFloat(inp[t])));
+    return;
+  }
+  const int64_t i = t * kPack;
+  if (i + kPack <= N) {
+    const Pack8 x = LoadPack(inp + i);
+    Pack8 y;
+    for (int j = 0; j < kPack; j++)
+      y.v[j] = ToBf16(Gelu(ToFloat(x.v[j])));
+    StorePack(out + i, y);
+  } else {
+    for (int64_t j = i; j < N; j++)
+      out[j] = ToBf16(Gelu(ToFloat(inp[j])));
+  }
+}
+
+__global__ void GeluBackwardKernel(bf16* dinp, const bf16* inp, const bf16* dout, int64_t N,
+                                   bool vec) {
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (!vec) {
+    if (t < N)
+      dinp[t] = ToBf16(GeluGrad(ToFloat(inp[t])) * ToFloat(dout[t]));
+    return;
+  }
+  const int64_t i = t * kPack;
+  if (i + kPack <= N) {
+    const Pack8 x = LoadPack(inp + i);
+    const Pack8 d = LoadPack(dout + i);
+    Pack8 y;
+    for (int j = 0; j < kPack; j++)
+      y.v[j] = ToBf16(GeluGrad(ToFloat(x.v[j])) * ToFloat(d.v[j]));
+    StorePack(dinp + i, y);
+  } else {
+    for (int64_t j = i; j < N; j++)
+      dinp[j] = ToBf16(GeluGrad(ToFloat(inp[j])) * ToFloat(dout[j]));
+  }
 }
 
 // ---------------------------------------------------------------------------------------
-// One block per row of logits: online max and sum of exponentials per thread, merged.
+// One block per row of logits: online max and sum of exponentials per thread, merged. With
+// vec (the row starts 16-byte aligned: ld % 8 == 0, logits aligned) the first V - V % 8 values
+// are read in packs of 8, the rest one by one.
 __global__ void CrossEntropyForwardKernel(float* losses, float* lse, const bf16* logits, int ld,
-                                          const int32_t* targets, int V) {
+                                          const int32_t* targets, int V, bool vec) {
   const int64_t row = blockIdx.x;
   const bf16* x = logits + row * ld;
   float maxval = -INFINITY;
   float sum = 0.0f;
-  for (int i = threadIdx.x; i < V; i += blockDim.x) {
+  const int packed = vec ? V / kPack * kPack : 0;
+  for (int i = threadIdx.x * kPack; i < packed; i += blockDim.x * kPack) {
+    const Pack8 p = LoadPack(x + i);
+    float v[kPack];
+    float pack_max = -INFINITY;
+    for (int j = 0; j < kPack; j++) {
+      v[j] = ToFloat(p.v[j]);
+      pack_max = fmaxf(pack_max, v[j]);
+    }
+    const float new_max = fmaxf(maxval, pack_max);
+    float s = sum * expf(maxval - new_max);  // 0 while sum is 0 (maxval -inf)
+    for (int j = 0; j < kPack; j++)
+      s += expf(v[j] - new_max);
+    sum = s;
+    maxval = new_max;
+  }
+  for (int i = packed + threadIdx.x; i < V; i += blockDim.x) {
     const float v = ToFloat(x[i]);
     if (v > maxval) {
       sum = sum * expf(maxval - v) + 1.0f;
@@ -343,12 +501,21 @@ __global__ void CrossEntropyForwardKernel(float* losses, float* lse, const bf16*
 }
 
 __global__ void CrossEntropyBackwardKernel(bf16* logits, int ld, const float* lse,
-                                           const int32_t* targets, float dloss, int V) {
+                                           const int32_t* targets, float dloss, int V, bool vec) {
   const int64_t row = blockIdx.x;
   bf16* x = logits + row * ld;
   const float l = lse[row];
   const int target = targets[row];
-  for (int i = threadIdx.x; i < V; i += blockDim.x) {
+  const int packed = vec ? V / kPack * kPack : 0;  // packs end before V: the padding stays
+  for (int i = threadIdx.x * kPack; i < packed; i += blockDim.x * kPack) {
+    Pack8 p = LoadPack(x + i);
+    for (int j = 0; j < kPack; j++) {
+      const float prob = expf(ToFloat(p.v[j]) - l);
+      p.v[j] = ToBf16((prob - (i + j == target ? 1.0f : 0.0f)) * dloss);
+    }
+    StorePack(x + i, p);
+  }
+  for (int i = packed + threadIdx.x; i < V; i += blockDim.x) {
     const float p = expf(ToFloat(x[i]) - l);
     x[i] = ToBf16((p - (i == target ? 1.0f : 0.0f)) * dloss);
   }
@@ -458,6 +625,35 @@ void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp, con
 void layernorm_backward(bf16* dinp, float* dweight, float* dbias, const bf16* dout, const bf16* inp,
                         const bf16* weight, const float* mean, const float* rstd, int N, int C,
                         cudaStream_t stream) {
+  const int packs_per_lane = (C / kPack + kWarp - 1) / kWarp;
+  if (C % kPack == 0 && packs_per_lane <= 4 && Aligned16(dinp) && Aligned16(dout) &&
+      Aligned16(inp) && Aligned16(weight)) {
+    // 8 warps a block, each taking about 8 rows: the per-block flush of 2C atomics is shared
+    // by some 64 rows.
+    const int threads = kLayerNormBackwardThreads;
+    const unsigned blocks = Blocks(N, threads / kWarp * 8);
+    const size_t shared = 2 * static_cast<size_t>(C) * sizeof(float);  // C <= 1024: 8 KiB
+    auto launch = [&](auto kernel) {
+      kernel<<<blocks, threads, shared, stream>>>(dinp, dweight, dbias, dout, inp, weight, mean,
+                                                  rstd, N, C);
+    };
+    switch (packs_per_lane) {
+      case 1:
+        launch(LayerNormBackwardPackedKernel<1>);
+        break;
+      case 2:
+        launch(LayerNormBackwardPackedKernel<2>);
+        break;
+      case 3:
+        launch(LayerNormBackwardPackedKernel<3>);
+        break;
+      default:
+        launch(LayerNormBackwardPackedKernel<4>);
+        break;
+    }
+    CheckLaunch("layernorm_backward (packed)");
+    return;
+  }
   const int threads = 512;
   const int rows_per_block = 32;  // 2 rows per warp
   const unsigned blocks = Blocks(N, rows_per_block);
@@ -643,24 +839,30 @@ void attention_backward(MatmulEngine& mm, bf16* dinp, bf16* qkvr, bf16* dqkvr, b
 }
 
 void gelu_forward(bf16* out, const bf16* inp, int64_t N, cudaStream_t stream) {
-  GeluForwardKernel<<<Blocks(N, 256), 256, 0, stream>>>(out, inp, N);
+  const bool vec = Aligned16(out) && Aligned16(inp);
+  const int64_t threads = vec ? (N + kPack - 1) / kPack : N;
+  GeluForwardKernel<<<Blocks(threads, 256), 256, 0, stream>>>(out, inp, N, vec);
   CheckLaunch("gelu_forward");
 }
 
 void gelu_backward(bf16* dinp, const bf16* inp, const bf16* dout, int64_t N, cudaStream_t stream) {
-  GeluBackwardKernel<<<Blocks(N, 256), 256, 0, stream>>>(dinp, inp, dout, N);
+  const bool vec = Aligned16(dinp) && Aligned16(inp) && Aligned16(dout);
+  const int64_t threads = vec ? (N + kPack - 1) / kPack : N;
+  GeluBackwardKernel<<<Blocks(threads, 256), 256, 0, stream>>>(dinp, inp, dout, N, vec);
   CheckLaunch("gelu_backward");
 }
 
 void crossentropy_forward(float* losses, float* lse, const bf16* logits, int ld,
                           const int32_t* targets, int N, int V, cudaStream_t stream) {
-  CrossEntropyForwardKernel<<<N, 512, 0, stream>>>(losses, lse, logits, ld, targets, V);
+  const bool vec = Aligned16(logits) && ld % kPack == 0;
+  CrossEntropyForwardKernel<<<N, 512, 0, stream>>>(losses, lse, logits, ld, targets, V, vec);
   CheckLaunch("crossentropy_forward");
 }
 
 void crossentropy_softmax_backward(bf16* logits, int ld, const float* lse, const int32_t* targets,
                                    float dloss, int N, int V, cudaStream_t stream) {
-  CrossEntropyBackwardKernel<<<N, 512, 0, stream>>>(logits, ld, lse, targets, dloss, V);
+  const bool vec = Aligned16(logits) && ld % kPack == 0;
+  CrossEntropyBackwardKernel<<<N, 512, 0, stream>>>(logits, ld, lse, targets, dloss, V, vec);
   CheckLaunch("crossentropy_softmax_backward");
 }
 
