@@ -1,6 +1,8 @@
 // gpt_bench: Tessera's side of bench/gpu/run.sh. Trains the GPT on one CUDA device (bf16,
 // AdamW) on random tokens and prints one line:
-//   tessera tokens_per_s=... step_ms=... mfu=... loss_first=... loss_last=... ...
+//   tessera tokens_per_s=... step_ms=... mfu=... loss_first=... loss_last=... ... attention=...
+// --attention flash|matmul (default matmul) picks the attention kernels (GptCudaOptions;
+// TESSERA_ATTENTION in the environment overrides it, and the line shows the flag's value).
 // MFU counts the model's FLOPs as nanoGPT does: 6 (P - wpe) + 12 L C T per token (forward
 // and backward, attention included), against --peak-tflops (H100/H200 SXM dense bf16: 989).
 // Exit status: 0, 2 for a bad flag, 3 when no CUDA device or model can be had.
@@ -27,6 +29,7 @@ int Run(int argc, char** argv) {
   int layers = 0, d_model = 0, heads = 0, seq_len = 0, vocab = 0;
   int batch = 16, steps = 20, warmup = 3;
   double peak_tflops = 989.0;
+  std::string attention = "matmul";
   app.add_option("--preset", preset, "model preset (gpt2-124m, ...); 'none' for the flags below");
   app.add_option("--layers", layers, "override: layers");
   app.add_option("--d-model", d_model, "override: dModel");
@@ -37,6 +40,8 @@ int Run(int argc, char** argv) {
   app.add_option("--steps", steps, "timed steps");
   app.add_option("--warmup", warmup, "untimed steps first");
   app.add_option("--peak-tflops", peak_tflops, "the device's dense bf16 peak, for MFU");
+  app.add_option("--attention", attention, "attention kernels: matmul (cuBLASLt) or flash (fused)")
+      ->check(CLI::IsMember({"matmul", "flash"}));
   CLI11_PARSE(app, argc, argv);
   if (preset != "none" && !tessera::model::GptPreset(preset, &config)) {
     std::fprintf(stderr, "gpt_bench: unknown --preset %s\n", preset.c_str());
@@ -60,7 +65,10 @@ int Run(int argc, char** argv) {
   }
 
   std::string error;
-  auto model = tessera::model::CreateGptCuda(config, {}, &error);
+  tessera::model::GptCudaOptions options;
+  options.attention = attention == "flash" ? tessera::model::GpuAttention::kFlash
+                                           : tessera::model::GpuAttention::kMatmul;
+  auto model = tessera::model::CreateGptCuda(config, options, &error);
   if (model == nullptr) {
     std::fprintf(stderr, "gpt_bench: cannot create the CUDA model: %s\n", error.c_str());
     return 3;
@@ -128,10 +136,10 @@ int Run(int argc, char** argv) {
   std::printf(
       "tessera tokens_per_s=%.1f step_ms=%.2f mfu=%.4f batch=%d seq_len=%d params=%lld "
       "activation_gib=%.2f loss_first=%.4f loss_last=%.4f grad_norm=%.4f forward_ms=%.2f "
-      "backward_ms=%.2f optimizer_ms=%.2f\n",
+      "backward_ms=%.2f optimizer_ms=%.2f attention=%s\n",
       tokens_per_s, 1e3 * timed / steps, mfu, B, T, static_cast<long long>(P),
       static_cast<double>(model->activation_bytes()) / (1 << 30), first, last, model->GradNorm(),
-      phase_ms[0], phase_ms[1], phase_ms[2]);
+      phase_ms[0], phase_ms[1], phase_ms[2], attention.c_str());
   return std::isfinite(last) ? 0 : 1;
 }
 

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # bench/gpu/profile.sh: where one GPT-2 124M training step's GPU time goes, kernel by kernel,
 # on a GPU machine with Nsight Compute (ncu). Unpacks the bundle of bench/gpu/bundle.sh as
-# run.sh does, profiles one gpt_bench step (after one warm-up step, so cuBLASLt's plans are
-# made) and writes $OUT/kernels.csv (ncu's per-kernel summary: launches and total duration)
-# and prints the kernels sorted by total time.
+# run.sh does, profiles a gpt_bench run of three steps (one warm-up, one timed, one timed phase
+# by phase: every kernel runs three times) and writes $OUT/kernels.csv (ncu's per-kernel
+# summary: launches and mean duration), then prints the kernels sorted by total time.
 # Environment: BUNDLE (build-gpu/bundle/tessera-gpu.tar.gz), BATCH (16), ATTENTION (matmul),
 # NCU (ncu on PATH, else the newest under /opt/nvidia/nsight-compute).
 set -uo pipefail
@@ -24,7 +24,6 @@ for lib in libcublasLt.so.13 libnccl.so.2; do
   done
 done
 export LD_LIBRARY_PATH=$unpack/lib${machine:+:$machine}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-# Two steps: --launch-skip leaves the first (warm-up) step's kernels out.
 bench=("$unpack/bin/gpt_bench" --preset gpt2-124m --batch "${BATCH:-16}" --steps 1 --warmup 1)
 [[ -n "${ATTENTION:-}" ]] && bench+=(--attention "$ATTENTION")
 "${bench[@]}" | tee "$out/bench.txt"
@@ -41,13 +40,14 @@ agg = {}
 for r in rows[1:]:
     if r[mi] != "gpu__time_duration.sum":
         continue
-    scale = {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0, "second": 1e3}[r[ui]]
+    scale = {"ns": 1e-6, "nsecond": 1e-6, "us": 1e-3, "usecond": 1e-3, "ms": 1.0, "msecond": 1.0,
+             "s": 1e3, "second": 1e3}[r[ui]]
     n = int(r[ni]); avg = float(r[ai].replace(",", "")) * scale
     name = r[ki][:90]
     c, t = agg.get(name, (0, 0.0))
     agg[name] = (c + n, t + n * avg)
 total = sum(t for _, t in agg.values())
-print(f"total kernel time {total:.2f} ms over 2 steps (warm-up included)")
+print(f"total kernel time {total:.2f} ms over 3 steps (a third is one step)")
 for name, (c, t) in sorted(agg.items(), key=lambda kv: -kv[1][1])[:40]:
     print(f"{t:9.3f} ms {100*t/total:5.1f}% {c:5d}x  {name}")
 PY

@@ -17,7 +17,8 @@
 # summary.txt. Exit status: 0 all passed; 1 a test or a benchmark failed (the ratio line is
 # still printed when both benchmarks ran); 2 no binaries; 3 no GPU.
 #
-# Environment: BATCH (16), STEPS (20), WARMUP (3), PEAK_TFLOPS (989, dense bf16 of an
+# Environment: ATTENTIONS ("matmul flash": gpt_bench's --attention values to time, the first
+# for the ratio), BATCH (16), STEPS (20), WARMUP (3), PEAK_TFLOPS (989, dense bf16 of an
 # H100/H200 SXM), BUDGET_S (470: the whole run's deadline), BUNDLE (path of the bundle),
 # BIN_DIR (use these binaries instead), PYTHON (python3), JOBS (nproc), SKIP_TESTS=1,
 # SKIP_TORCH=1, FORCE_GPU_NAME (skip the GPU check: to test this script where there is none).
@@ -215,9 +216,24 @@ field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<" $2" | head -1; }
 common=(--batch "$batch" --steps "$steps" --warmup "$warmup" --peak-tflops "$peak")
 t_line=""
 p_line=""
-run tessera "$(budget 90 200)" "$(exe gpt_bench)" --preset gpt2-124m "${common[@]}"
-t_line=$(grep '^tessera ' "$log" | tail -1)
-[[ -n "$t_line" ]] && say "$t_line" || { failures+=("the Tessera benchmark"); say "bench: Tessera FAILED (see run.log)"; }
+# Tessera once per attention kernel in $ATTENTIONS when gpt_bench has --attention (else once,
+# with its default); the ratio is taken from the first that ran.
+variants=("")
+if "$(exe gpt_bench)" --help 2>&1 | grep -q -- '--attention'; then
+  read -r -a variants <<<"${ATTENTIONS:-matmul flash}"
+fi
+for a in "${variants[@]}"; do
+  args=(--preset gpt2-124m "${common[@]}")
+  [[ -n "$a" ]] && args+=(--attention "$a")
+  if run "tessera${a:+ ($a attention)}" "$(budget 60 200)" "$(exe gpt_bench)" "${args[@]}"; then
+    line=$(grep '^tessera ' "$stage_log" | tail -1)
+    say "$line"
+    [[ -z "$t_line" ]] && t_line=$line
+  else
+    failures+=("the Tessera benchmark${a:+ ($a attention)}")
+    say "bench: Tessera${a:+ ($a attention)} FAILED: $(tail -2 "$stage_log" | tr '\n' ' ')"
+  fi
+done
 if [[ "${SKIP_TORCH:-0}" != 1 ]]; then
   run pytorch "$(budget 300 5)" env LD_LIBRARY_PATH="$orig_ld" PYTHONUNBUFFERED=1 "$python" "$root/bench/gpu/torch_gpt.py" \
     --layers 12 --d-model 768 --heads 12 --seq-len 1024 --vocab 50257 "${common[@]}"

@@ -187,30 +187,40 @@ TEST(GpuLayers, MatmulWithoutBiasOddSizes) {
   CheckMatmul(96, 72, 40, false, false);
 }
 
-TEST(GpuLayers, AttentionForwardAndBackward) {
-  TESSERA_SKIP_WITHOUT_GPU();
+// T % 8 == 0 takes the packed softmax kernels, other T the general ones.
+void CheckAttention(int B, int T, int C, int NH) {
   const uint64_t seed = FreshSeed();
-  const size_t qkv_size = size_t{kN} * 3 * kC;
-  const size_t att_size = size_t{kB} * kNH * kT * kT;
+  const size_t qkv_size = static_cast<size_t>(B) * T * 3 * C;
+  const size_t att_size = static_cast<size_t>(B) * NH * T * T;
   const std::vector<float> qkv = RandomBf16(qkv_size, 0.5f, seed);
-  const std::vector<float> dout = RandomBf16(size_t{kN} * kC, 1.0f, seed + 1);
+  const std::vector<float> dout = RandomBf16(static_cast<size_t>(B) * T * C, 1.0f, seed + 1);
 
-  DeviceBf16 d_qkv(qkv), d_out(size_t{kN} * kC), d_att(att_size), d_dout(dout);
+  DeviceBf16 d_qkv(qkv), d_out(static_cast<size_t>(B) * T * C), d_att(att_size), d_dout(dout);
   DeviceBf16 d_qkvr(qkv_size), d_dqkvr(qkv_size), d_datt(att_size), d_dqkv(qkv_size);
   MatmulEngine mm;
-  attention_forward(mm, d_out.as<bf16>(), d_qkvr.as<bf16>(), d_att.as<bf16>(), d_qkv.as<bf16>(), kB,
-                    kT, kC, kNH, nullptr);
+  attention_forward(mm, d_out.as<bf16>(), d_qkvr.as<bf16>(), d_att.as<bf16>(), d_qkv.as<bf16>(), B,
+                    T, C, NH, nullptr);
   attention_backward(mm, d_dqkv.as<bf16>(), d_qkvr.as<bf16>(), d_dqkvr.as<bf16>(),
-                     d_datt.as<bf16>(), d_dout.as<bf16>(), d_qkv.as<bf16>(), d_att.as<bf16>(), kB,
-                     kT, kC, kNH, nullptr);
+                     d_datt.as<bf16>(), d_dout.as<bf16>(), d_qkv.as<bf16>(), d_att.as<bf16>(), B, T,
+                     C, NH, nullptr);
   TESSERA_CUDA_OK(cudaDeviceSynchronize());
 
-  std::vector<float> out(size_t{kN} * kC), att(att_size, 0.0f), dqkv(qkv_size);
-  cpu::attention_forward(out.data(), att.data(), qkv.data(), kB, kT, kC, kNH);
+  std::vector<float> out(static_cast<size_t>(B) * T * C), att(att_size, 0.0f), dqkv(qkv_size);
+  cpu::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
   EXPECT_TRUE(RelativeErrorWithin(d_out.ToHost(), out, kBf16Tolerance));
   EXPECT_TRUE(RelativeErrorWithin(d_att.ToHost(), att, kBf16Tolerance));  // zero above diagonal
-  cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), kB, kT, kC, kNH);
+  cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
   EXPECT_TRUE(RelativeErrorWithin(d_dqkv.ToHost(), dqkv, kBf16Tolerance));
+}
+
+TEST(GpuLayers, AttentionForwardAndBackward) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  CheckAttention(kB, kT, kC, kNH);
+}
+
+TEST(GpuLayers, AttentionWithARaggedSequence) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  CheckAttention(1, 100, kC, kNH);
 }
 
 // n not a multiple of 8: the vectorized kernels' packs, then the tail one by one.

@@ -7,7 +7,9 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "tests/unit/gpu/gpu_test_util.h"
@@ -36,9 +38,10 @@ constexpr double kLossTolerance = 1e-2;
 constexpr double kLogitsTolerance = 2e-2;
 constexpr double kGradientTolerance = 5e-2;
 
-std::unique_ptr<GptCuda> MakeModel(const GptConfig& config) {
+std::unique_ptr<GptCuda> MakeModel(const GptConfig& config,
+                                   const GptCudaOptions& options = GptCudaOptions{}) {
   std::string error;
-  auto model = CreateGptCuda(config, GptCudaOptions{}, &error);
+  auto model = CreateGptCuda(config, options, &error);
   EXPECT_NE(model, nullptr) << error;
   return model;
 }
@@ -74,16 +77,17 @@ TEST(GpuModel, InitialParametersEqualTheCpuModels) {
   EXPECT_TRUE(std::equal(got.begin(), got.end(), cpu.parameters().begin()));
 }
 
-TEST(GpuModel, ForwardAndBackwardMatchTheCpuModel) {
-  TESSERA_SKIP_WITHOUT_GPU();
-  const GptConfig config = SmallConfig();
-  const int B = 4, T = config.seq_len;
+// One forward and backward of B full sequences on both models: loss, logits and every
+// parameter tensor's gradient.
+void CheckForwardAndBackwardAgainstCpu(const GptConfig& config, const GptCudaOptions& options,
+                                       int B) {
+  const int T = config.seq_len;
   const uint64_t seed = std::random_device{}();
   std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
   const Batch batch = RandomBatch(B, T, config.vocab, seed);
   Gpt cpu(config);
   cpu.InitParameters(seed);
-  auto gpu = MakeModel(config);
+  auto gpu = MakeModel(config, options);
   ASSERT_NE(gpu, nullptr);
   gpu->InitParameters(seed);
 
@@ -109,6 +113,40 @@ TEST(GpuModel, ForwardAndBackwardMatchTheCpuModel) {
                                   cpu_grads.begin() + t.offset + t.size);
     EXPECT_TRUE(RelativeErrorWithin(got, want, kGradientTolerance)) << t.name;
   }
+}
+
+TEST(GpuModel, ForwardAndBackwardMatchTheCpuModel) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  CheckForwardAndBackwardAgainstCpu(SmallConfig(), GptCudaOptions{}, 4);
+}
+
+// The fused attention needs head size 32 or 64: two heads of 32, and 80 positions (a full
+// 64-row tile and a partial one).
+TEST(GpuModel, ForwardAndBackwardWithFlashAttentionMatchTheCpuModel) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  GptConfig config = SmallConfig();
+  config.heads = 2;
+  config.seq_len = 80;
+  GptCudaOptions options;
+  options.attention = GpuAttention::kFlash;
+  CheckForwardAndBackwardAgainstCpu(config, options, 2);
+}
+
+// TESSERA_ATTENTION overrides GptCudaOptions::attention; a value that names no attention is
+// refused with a message naming the variable.
+TEST(GpuModel, UnknownTesseraAttentionIsRefusedNamingTheVariable) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  const char* previous = std::getenv("TESSERA_ATTENTION");
+  const std::string saved = previous != nullptr ? previous : "";
+  setenv("TESSERA_ATTENTION", "fused", 1);
+  std::string error;
+  auto model = CreateGptCuda(SmallConfig(), GptCudaOptions{}, &error);
+  if (previous != nullptr)
+    setenv("TESSERA_ATTENTION", saved.c_str(), 1);
+  else
+    unsetenv("TESSERA_ATTENTION");
+  EXPECT_EQ(model, nullptr);
+  EXPECT_NE(error.find("TESSERA_ATTENTION"), std::string::npos) << error;
 }
 
 TEST(GpuModel, BackwardReportsFinalGradientsInOrder) {

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
@@ -67,6 +68,7 @@ float Bf16BitsToFloat(uint16_t bits) {
 struct GptCuda::Impl {
   GptConfig config;
   int device = 0;
+  GpuAttention attention = GpuAttention::kMatmul;
   int64_t P = 0;
   int Vp = 0;  // logits row stride: vocab rounded up to 64, so that every row is aligned
   std::vector<ParameterTensor> tensors;
@@ -97,10 +99,12 @@ struct GptCuda::Impl {
   std::vector<cudaEvent_t> ready_events;
   int64_t steps = 0;
 
-  // Activations of one (B, T), carved out of one allocation.
+  // Activations of one (B, T), carved out of one allocation. att (B,NH,T,T) is the matmul
+  // attention's probabilities, att_lse (B,NH,T) the flash attention's log-sum-exp; the other
+  // is null.
   struct Block {
     bf16 *ln1, *qkv, *atty, *att, *residual2, *ln2, *fch, *fch_gelu, *residual3;
-    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
+    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *att_lse;
   };
   int B = 0;
   int T = 0;
@@ -116,7 +120,8 @@ struct GptCuda::Impl {
   bf16* logits = nullptr;  // (N, Vp)
   float *losses = nullptr, *lse = nullptr;
   bf16 *dresidual = nullptr, *dln = nullptr, *datty = nullptr, *dqkv = nullptr, *dfch = nullptr;
-  bf16 *qkvr = nullptr, *dqkvr = nullptr, *datt = nullptr;
+  bf16 *qkvr = nullptr, *dqkvr = nullptr, *datt = nullptr;  // matmul attention's scratch
+  float *att_delta = nullptr, *dq_accum = nullptr;          // flash attention's scratch
   bool have_forward = false;
   bool have_targets = false;
   bool logits_are_gradient = false;
@@ -167,6 +172,8 @@ struct GptCuda::Impl {
     const int64_t C = config.d_model;
     const int64_t NC = N * C;
     const int64_t att_size = static_cast<int64_t>(batch) * config.heads * seq * seq;
+    const int64_t rows_size = static_cast<int64_t>(batch) * config.heads * seq;  // (B,NH,T)
+    const bool flash = attention == GpuAttention::kFlash;
     // Two passes: the first sizes the arena, the second hands out pointers into it.
     for (int pass = 0; pass < 2; pass++) {
       int64_t offset = 0;
@@ -186,7 +193,12 @@ struct GptCuda::Impl {
         take(b.ln1_rstd, N);
         take(b.qkv, 3 * NC);
         take(b.atty, NC);
-        take(b.att, att_size);
+        b.att = nullptr;
+        b.att_lse = nullptr;
+        if (flash)
+          take(b.att_lse, rows_size);
+        else
+          take(b.att, att_size);
         take(b.residual2, NC);
         take(b.ln2, NC);
         take(b.ln2_mean, N);
@@ -206,9 +218,16 @@ struct GptCuda::Impl {
       take(datty, NC);
       take(dqkv, 3 * NC);
       take(dfch, 4 * NC);
-      take(qkvr, 3 * NC);
-      take(dqkvr, 3 * NC);
-      take(datt, att_size);
+      qkvr = dqkvr = datt = nullptr;
+      att_delta = dq_accum = nullptr;
+      if (flash) {
+        take(att_delta, rows_size);
+        take(dq_accum, NC);
+      } else {
+        take(qkvr, 3 * NC);
+        take(dqkvr, 3 * NC);
+        take(datt, att_size);
+      }
       if (pass == 0) {
         arena_bytes = offset;
         TESSERA_CUDA_CHECK(cudaMalloc(&arena, arena_bytes));
@@ -278,6 +297,22 @@ std::unique_ptr<GptCuda> CreateGptCuda(const GptConfig& config, const GptCudaOpt
   const std::string invalid = ValidateGptConfig(config);
   if (!invalid.empty())
     return fail(invalid);
+  GpuAttention attention = options.attention;
+  if (const char* env = std::getenv("TESSERA_ATTENTION"); env != nullptr) {
+    const std::string value = env;
+    if (value == "flash") {
+      attention = GpuAttention::kFlash;
+    } else if (value == "matmul") {
+      attention = GpuAttention::kMatmul;
+    } else {
+      return fail("TESSERA_ATTENTION=" + value + " is not an attention: use flash or matmul");
+    }
+  }
+  const int head_size = config.d_model / config.heads;
+  if (attention == GpuAttention::kFlash && head_size != 32 && head_size != 64) {
+    return fail("flash attention supports head sizes (dModel / heads) 32 and 64, not " +
+                std::to_string(head_size) + "; use TESSERA_ATTENTION=matmul");
+  }
   const int count = CudaDeviceCount();
   if (count == 0)
     return fail("no CUDA device");
@@ -285,11 +320,22 @@ std::unique_ptr<GptCuda> CreateGptCuda(const GptConfig& config, const GptCudaOpt
     return fail("CUDA device " + std::to_string(options.device) + " does not exist (" +
                 std::to_string(count) + " visible)");
   }
+  if (attention == GpuAttention::kFlash) {
+    int major = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, options.device) !=
+            cudaSuccess ||
+        major < 8) {
+      cudaGetLastError();
+      return fail("flash attention needs a GPU of compute capability 8.0 or later (device " +
+                  std::to_string(options.device) + "); use TESSERA_ATTENTION=matmul");
+    }
+  }
   try {
     auto impl = std::make_unique<GptCuda::Impl>();
     GptCuda::Impl& s = *impl;
     s.config = config;
     s.device = options.device;
+    s.attention = attention;
     s.P = GptParameterCount(config);
     s.Vp = (config.vocab + 63) / 64 * 64;
     s.tensors = GptParameterTensors(config);
@@ -476,7 +522,10 @@ void GptCuda::Forward(std::span<const int32_t> tokens, std::span<const int32_t> 
     Impl::Block& a = s.blocks[l];
     cuda::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, p.ln1w, p.ln1b, N, C, st);
     cuda::matmul_forward(mm, a.qkv, a.ln1, p.qkvw, p.qkvb, nullptr, N, C, 3 * C, st);
-    cuda::attention_forward(mm, a.atty, s.qkvr, a.att, a.qkv, B, T, C, NH, st);
+    if (s.attention == GpuAttention::kFlash)
+      cuda::flash_attention_forward(a.atty, a.att_lse, a.qkv, B, T, C, NH, st);
+    else
+      cuda::attention_forward(mm, a.atty, s.qkvr, a.att, a.qkv, B, T, C, NH, st);
     cuda::matmul_forward(mm, a.residual2, a.atty, p.attprojw, p.attprojb, residual, N, C, C, st);
     cuda::layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, p.ln2w, p.ln2b, N, C, st);
     cuda::matmul_forward(mm, a.fch, a.ln2, p.fcw, p.fcb, nullptr, N, C, 4 * C, st);
@@ -607,8 +656,13 @@ void GptCuda::Backward(float loss_scale, const GpuGradientsReadyFn& on_ready) {
     // Attention branch: residual2 = residual + attproj(attention(qkv(ln1(residual)))).
     cuda::matmul_backward(mm, s.datty, gb.attprojw, gb.attprojb, dres, a.atty, p.attprojw, N, C, C,
                           st);
-    cuda::attention_backward(mm, s.dqkv, s.qkvr, s.dqkvr, s.datt, s.datty, a.qkv, a.att, B, T, C,
-                             NH, st);
+    if (s.attention == GpuAttention::kFlash) {
+      cuda::flash_attention_backward(s.dqkv, s.att_delta, s.dq_accum, s.datty, a.qkv, a.atty,
+                                     a.att_lse, B, T, C, NH, st);
+    } else {
+      cuda::attention_backward(mm, s.dqkv, s.qkvr, s.dqkvr, s.datt, s.datty, a.qkv, a.att, B, T, C,
+                               NH, st);
+    }
     cuda::matmul_backward(mm, s.dln, gb.qkvw, gb.qkvb, s.dqkv, a.ln1, p.qkvw, N, C, 3 * C, st);
     cuda::layernorm_backward(dres, gb.ln1w, gb.ln1b, s.dln, residual, p.ln1w, a.ln1_mean,
                              a.ln1_rstd, N, C, st);
