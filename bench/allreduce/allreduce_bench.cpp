@@ -1,8 +1,9 @@
-// All-reduce bus bandwidth of the Gloo process group on loopback, for 2 and 4 ranks,
-// against message size. Bus bandwidth follows nccl-tests: algbw * 2(n-1)/n, where
-// algbw = bytes / time. The peer is this machine's single-process memcpy bandwidth at the
-// same size, measured in the same run, since loopback transfers are memory copies.
-// Usage: allreduce_bench [max-bytes (default 64 MiB)] [ranks... (default 2 4)]
+// All-reduce bus bandwidth of the Gloo process group on one machine, for 2 and 4 ranks,
+// against message size, once through Gloo's TCP pairs on loopback and once through the
+// shared-memory all-reduce (worker/comm/shm_allreduce.h). Bus bandwidth follows nccl-tests: algbw *
+// 2(n-1)/n, where algbw = bytes / time. The peer is this machine's single-process memcpy bandwidth
+// at the same size, measured in the same run, since loopback transfers are memory copies. Usage:
+// allreduce_bench [max-bytes (default 64 MiB)] [ranks... (default 2 4)]
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -39,7 +40,8 @@ double MemcpyGBps(size_t bytes) {
   return static_cast<double>(bytes) / s / 1e9;
 }
 
-int RunRank(int rank, int ranks, int listen_fd, int port, const std::vector<size_t>& sizes) {
+int RunRank(int rank, int ranks, int listen_fd, int port, const std::vector<size_t>& sizes,
+            bool shm) {
   std::unique_ptr<rendezvous::StoreServer> server;
   if (rank == 0)
     server = rendezvous::StoreServer::Adopt(listen_fd, {});
@@ -48,6 +50,7 @@ int RunRank(int rank, int ranks, int listen_fd, int port, const std::vector<size
   auto client = std::make_unique<rendezvous::StoreClient>(co);
   comm::GlooOptions go;
   go.host = "127.0.0.1";
+  go.shared_memory_allreduce = shm;
   auto pg = comm::CreateGlooProcessGroup(*client, rank, ranks, go);
   for (size_t bytes : sizes) {
     const size_t count = bytes / sizeof(float);
@@ -68,8 +71,8 @@ int RunRank(int rank, int ranks, int listen_fd, int port, const std::vector<size
       const double algbw = static_cast<double>(bytes) / seconds / 1e9;
       const double busbw = algbw * 2.0 * (ranks - 1) / ranks;
       const double peer = MemcpyGBps(bytes);
-      std::printf("%5d %12zu %12.1f %10.3f %10.3f %10.3f %8.3f\n", ranks, bytes, seconds * 1e6,
-                  algbw, busbw, peer, busbw / peer);
+      std::printf("%-9s %5d %12zu %12.1f %10.3f %10.3f %10.3f %8.3f\n", shm ? "shm" : "gloo", ranks,
+                  bytes, seconds * 1e6, algbw, busbw, peer, busbw / peer);
     }
   }
   pg->barrier()->wait();
@@ -95,23 +98,29 @@ int main(int argc, char** argv) {
   for (size_t b = 4096; b <= max_bytes; b *= 4)
     sizes.push_back(b);
 
-  std::printf("# gloo all_reduce (float32 sum) on loopback; busbw = algbw * 2(n-1)/n\n");
+  std::printf(
+      "# all_reduce (float32 sum) of the Gloo process group: Gloo's TCP pairs on loopback (gloo)\n"
+      "# and the shared-memory all-reduce of ranks on one machine (shm); busbw = algbw * "
+      "2(n-1)/n\n");
   std::printf("# peer: single-process memcpy bandwidth of the same size\n");
-  std::printf("%5s %12s %12s %10s %10s %10s %8s\n", "ranks", "bytes", "time_us", "algbw_GBs",
-              "busbw_GBs", "memcpy_GBs", "ratio");
+  std::printf("%-9s %5s %12s %12s %10s %10s %10s %8s\n", "transport", "ranks", "bytes", "time_us",
+              "algbw_GBs", "busbw_GBs", "memcpy_GBs", "ratio");
   std::fflush(stdout);
   int failed = 0;
   for (int ranks : rank_counts) {
-    auto results = comm::RunLocalGang(
-        ranks, [&](int rank, int fd, int port) { return RunRank(rank, ranks, fd, port, sizes); },
-        600s);
-    for (const auto& r : results) {
-      if (r.rank == 0 || r.signaled || r.exit_code != 0)
-        std::printf("%s", r.output.c_str());
-      if (r.signaled || r.exit_code != 0)
-        ++failed;
+    for (bool shm : {false, true}) {
+      auto results = comm::RunLocalGang(
+          ranks,
+          [&](int rank, int fd, int port) { return RunRank(rank, ranks, fd, port, sizes, shm); },
+          600s);
+      for (const auto& r : results) {
+        if (r.rank == 0 || r.signaled || r.exit_code != 0)
+          std::printf("%s", r.output.c_str());
+        if (r.signaled || r.exit_code != 0)
+          ++failed;
+      }
+      std::fflush(stdout);
     }
-    std::fflush(stdout);
   }
   return failed == 0 ? 0 : 1;
 }

@@ -61,6 +61,9 @@ int RunRank(int rank, int listen_fd, int port, const Options& o) {
   auto client = std::make_unique<rendezvous::StoreClient>(co);
   comm::GlooOptions go;
   go.host = "127.0.0.1";
+  // The buckets go through shared memory (worker/comm/shm_allreduce.h) unless
+  // TESSERA_SHM_ALLREDUCE=0, which compares with Gloo's loopback sockets.
+  go.shared_memory_allreduce = comm::GlooOptions::FromEnv().shared_memory_allreduce;
   std::shared_ptr<comm::ProcessGroup> group =
       comm::CreateGlooProcessGroup(*client, rank, o.ranks, go);
 

@@ -24,6 +24,7 @@
 #include <thread>
 
 #include "worker/comm/liveness.h"
+#include "worker/comm/shm_allreduce.h"
 
 namespace tessera::comm {
 namespace {
@@ -235,6 +236,8 @@ struct Core {
   std::list<std::weak_ptr<GlooP2PWork>> p2p;
   std::string broken;  // non-empty once the group failed
   bool stop = false;
+  // Float32 all-reduces of a world whose ranks share this machine (GlooOptions), else null.
+  std::unique_ptr<ShmAllReduce> shm;
 
   // One line for a failed operation: the lost rank when the store knows one.
   std::string Explain(const std::string& what, const std::string& detail) const {
@@ -263,6 +266,8 @@ struct Core {
       std::lock_guard<std::mutex> lock(mu);
       if (broken.empty())
         broken = message;
+      if (shm)
+        shm->Abort(message);
       for (auto& [w, fn] : queue)
         fail.push_back(w);
       queue.clear();
@@ -345,9 +350,15 @@ class GlooProcessGroup : public ProcessGroup {
 
   std::shared_ptr<Work> all_reduce(void* data, size_t count, DataType type, ReduceOp op) override {
     CheckType(type);
+    ShmAllReduce* shm = core_->shm.get();  // the core, which owns it, outlives the thread
     return Enqueue(Label("all_reduce", count, type), [=, ctx = core_->context, t = core_->timeout] {
       if (count == 0)
         return;
+      if (shm != nullptr && type == DataType::kFloat32 &&
+          (op == ReduceOp::kSum || op == ReduceOp::kAvg)) {
+        shm->AllReduce(static_cast<float*>(data), count, op == ReduceOp::kAvg);
+        return;
+      }
       Dispatch(type, [&](auto tag) {
         using T = decltype(tag);
         if (ctx->size > 1) {
@@ -612,6 +623,8 @@ GlooOptions GlooOptions::FromEnv() {
     if (::gethostname(name, sizeof(name) - 1) == 0 && name[0] != '\0')
       o.host = name;
   }
+  if (const char* shm = std::getenv("TESSERA_SHM_ALLREDUCE"); shm != nullptr)
+    o.shared_memory_allreduce = std::string(shm) != "0";
   return o;
 }
 
@@ -646,6 +659,11 @@ std::shared_ptr<ProcessGroup> CreateGlooProcessGroup(const rendezvous::StoreClie
   core->timeout = options.comm.timeout;
   const std::string prefix = options.prefix + "world/";
   core->context = Connect(*shared, prefix, rank, size, "world");
+  if (options.shared_memory_allreduce && size > 1) {
+    // Null when the ranks are not all here (then Gloo does everything, as without the option).
+    std::string why;
+    core->shm = ShmAllReduce::Create(*shared->store, prefix, rank, size, core->timeout, &why);
+  }
   return std::make_shared<GlooProcessGroup>(std::move(core), prefix);
 }
 

@@ -53,7 +53,20 @@ struct RankSetup {
     comm::GlooOptions go;
     go.host = "127.0.0.1";
     go.comm = comm::CommOptions::FromEnv();
+    go.shared_memory_allreduce = comm::GlooOptions::FromEnv().shared_memory_allreduce;
     world = comm::CreateGlooProcessGroup(*client, rank, size, go);
+    // Unless TESSERA_SHM_ALLREDUCE=0, the ranks (all on this machine) must have set up the
+    // shared-memory all-reduce: every rank mapped the segment (an empty "mapped" report).
+    if (go.shared_memory_allreduce) {
+      for (int r = 0; r < size; ++r) {
+        const auto mapped = client->TryGet("tessera/world/shm/mapped/" + std::to_string(r));
+        if (!mapped || !mapped->empty()) {
+          std::fprintf(stderr, "rank %d: the shared-memory all-reduce is not in use: %s\n", r,
+                       mapped ? mapped->c_str() : "no report");
+          std::exit(4);
+        }
+      }
+    }
   }
   // A clean goodbye: everyone stops using the store, then rank 0 lets it go.
   void Finish() { world->barrier()->wait(); }
