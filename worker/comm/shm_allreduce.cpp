@@ -35,15 +35,17 @@ void FutexWait(std::atomic<uint32_t>* word, uint32_t seen, std::chrono::microsec
   ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, seen, &ts, nullptr, 0);
 }
 
-// This machine: its hostname and the kernel's boot id (containers on one host share the
-// latter; two machines never do).
-std::string MachineId() {
+}  // namespace
+
+std::string ShmAllReduce::ThisMachine() {
   char name[256] = {0};
   ::gethostname(name, sizeof(name) - 1);
   std::string boot;
   std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
   return std::string(name) + "/" + boot;
 }
+
+namespace {
 
 // The spin-wait hint: lets the sibling hyper-thread run and saves power while polling.
 inline void CpuRelax() {
@@ -83,7 +85,7 @@ size_t SegmentBytes(int size) {
 std::unique_ptr<ShmAllReduce> ShmAllReduce::Create(rendezvous::StoreClient& store,
                                                    const std::string& prefix, int rank, int size,
                                                    std::chrono::milliseconds timeout,
-                                                   std::string* why) {
+                                                   std::string* why, const std::string& machine) {
   auto refuse = [&](const std::string& reason) -> std::unique_ptr<ShmAllReduce> {
     if (why != nullptr)
       *why = reason;
@@ -95,7 +97,7 @@ std::unique_ptr<ShmAllReduce> ShmAllReduce::Create(rendezvous::StoreClient& stor
   const std::string keys = prefix + "shm/";
 
   // 1. Are we all on this machine? Every rank reads the same answers, so all decide alike.
-  store.Set(keys + "machine/" + std::to_string(rank), MachineId());
+  store.Set(keys + "machine/" + std::to_string(rank), machine);
   std::vector<std::string> machine_keys;
   for (int r = 0; r < size; ++r)
     machine_keys.push_back(keys + "machine/" + std::to_string(r));

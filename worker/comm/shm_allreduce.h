@@ -30,12 +30,16 @@ class ShmAllReduce {
   static constexpr int kMaxRanks = 64;
 
   // Collective over the group: every rank calls it with the same `prefix` (store keys). Null,
-  // with the reason in *why, on every rank alike when the ranks are not all on this machine
-  // (hostname and boot id, compared through the store), there are more than kMaxRanks, or a
-  // rank could not map the segment. `timeout` bounds the setup and every wait of AllReduce.
+  // with the reason in *why, on every rank alike when the ranks are not all on one machine
+  // (`machine`, by default this machine's hostname and boot id, compared through the store),
+  // there are more than kMaxRanks, or a rank could not map the segment. `timeout` bounds the
+  // setup and every wait of AllReduce.
   static std::unique_ptr<ShmAllReduce> Create(rendezvous::StoreClient& store,
                                               const std::string& prefix, int rank, int size,
-                                              std::chrono::milliseconds timeout, std::string* why);
+                                              std::chrono::milliseconds timeout, std::string* why,
+                                              const std::string& machine = ThisMachine());
+  // "<hostname>/<kernel boot id>": containers of one host share the boot id, two hosts never.
+  static std::string ThisMachine();
   ~ShmAllReduce();
   ShmAllReduce(const ShmAllReduce&) = delete;
   ShmAllReduce& operator=(const ShmAllReduce&) = delete;
