@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -169,7 +170,16 @@ ShmAllReduce::ShmAllReduce(void* base, size_t bytes, int rank, int size,
       header_(static_cast<Header*>(base)),
       rank_(rank),
       size_(size),
-      timeout_(timeout) {}
+      timeout_(timeout) {
+  // With a core for every rank, a waiting rank spins up to some 100-400 us: its peer is then
+  // running and arrives within that, and a sleeping waiter takes far longer to be woken on
+  // cores busy with compute (dp_overlap_bench 2 ranks on 2 cores: buckets still pending at
+  // the end of backward 3 -> 0 of 25). With more ranks than cores the spinner would hold the
+  // core its peer needs (4 ranks on 2 cores: steps 120 -> 148 ms), so it sleeps almost at once.
+  cpu_set_t cpus;
+  const int available = ::sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+  spin_limit_ = size <= available ? 32768 : 256;
+}
 
 ShmAllReduce::~ShmAllReduce() {
   ::munmap(base_, bytes_);
@@ -209,10 +219,10 @@ void ShmAllReduce::Barrier() {
         break;
       if (aborted_.load())
         throw CommError(abort_reason_);
-      // A moment of spinning (the peer is usually a few microseconds behind), then sleep on
-      // the peer's word. Not sched_yield: with compute threads runnable it hands the core
-      // away for a whole time slice (measured: no bucket finished during backward).
-      if (spins < 4096) {
+      // Spin while the peer is likely a moment away, then sleep on its word (spin_limit_ says
+      // how long). Not sched_yield: with compute threads runnable it hands the core away for
+      // a whole time slice (measured: no bucket finished during backward).
+      if (spins < spin_limit_) {
         CpuRelax();
         continue;
       }

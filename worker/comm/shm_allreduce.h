@@ -70,6 +70,7 @@ class ShmAllReduce {
   int size_;
   std::chrono::milliseconds timeout_;
   uint32_t phase_ = 0;
+  int spin_limit_ = 0;  // polls of a peer's word before sleeping on it (see the constructor)
   std::mutex abort_mu_;
   std::atomic<bool> aborted_{false};
   std::string abort_reason_;  // written once, under abort_mu_, before aborted_ is set
