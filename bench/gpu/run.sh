@@ -21,7 +21,8 @@
 # for the ratio), BATCH (16), STEPS (20), WARMUP (3), PEAK_TFLOPS (989, dense bf16 of an
 # H100/H200 SXM), BUDGET_S (470: the whole run's deadline), BUNDLE (path of the bundle),
 # BIN_DIR (use these binaries instead), PYTHON (python3), JOBS (nproc), SKIP_TESTS=1,
-# SKIP_TORCH=1, FORCE_GPU_NAME (skip the GPU check: to test this script where there is none).
+# SKIP_TORCH=1, SKIP_EXTRAS=1 (no profile, no CPU overlap benchmark), FORCE_GPU_NAME (skip the
+# GPU check: to test this script where there is none).
 set -uo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -239,6 +240,22 @@ if [[ "${SKIP_TORCH:-0}" != 1 ]]; then
     --layers 12 --d-model 768 --heads 12 --seq-len 1024 --vocab 50257 "${common[@]}"
   p_line=$(grep '^pytorch ' "$log" | tail -1)
   [[ -n "$p_line" ]] && say "$p_line" || { failures+=("the PyTorch benchmark"); say "bench: PyTorch FAILED (see run.log)"; }
+fi
+
+# ---- 4. extras, while the budget lasts (they do not change the exit status) ---------------
+# The per-kernel profile of a Tessera step (bench/gpu/profile.sh, Nsight Compute) into
+# $out/profile/, and the CPU overlap benchmark on this machine's cores (docs/training.md).
+if [[ "${SKIP_EXTRAS:-0}" != 1 ]] && ((deadline - SECONDS > 90)); then
+  run profile "$(budget 60 20)" env OUT="$out/profile" BUNDLE="$bundle" bash "$root/bench/gpu/profile.sh" ||
+    say "extras: the profile did not finish (see run.log)"
+  grep -E '^ +[0-9.]+ ms' "$stage_log" | head -12 >>"$summary"
+fi
+if [[ "${SKIP_EXTRAS:-0}" != 1 ]] && [[ -x "$(exe dp_overlap_bench)" ]]; then
+  for r in 2 4; do
+    ((deadline - SECONDS > 40)) || break
+    run "dp_overlap $r ranks" "$(budget 30 5)" "$(exe dp_overlap_bench)" "$r" 12 128 0.5 30 &&
+      say "dp_overlap $r ranks ($(nproc) cores): $(tail -2 "$stage_log" | tr '\n' ' ')"
+  done
 fi
 
 say "elapsed: ${SECONDS}s"
