@@ -12,6 +12,7 @@
 #include <climits>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <random>
 #include <vector>
@@ -22,8 +23,7 @@ namespace tessera::comm {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr uint32_t kMagic = 0x54534d31;  // "TSM1"
-constexpr size_t kHeaderBytes = 8192;    // the header (two pages), then the slots
+constexpr size_t kHeaderBytes = 8192;  // the header (two pages), then the slots
 
 // Futexes on a shared mapping (not FUTEX_PRIVATE_FLAG): the waiters are other processes.
 void FutexWake(std::atomic<uint32_t>* word) {
@@ -35,18 +35,6 @@ void FutexWait(std::atomic<uint32_t>* word, uint32_t seen, std::chrono::microsec
   ts.tv_nsec = static_cast<long>(limit.count() % 1000000) * 1000;
   ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, seen, &ts, nullptr, 0);
 }
-
-}  // namespace
-
-std::string ShmAllReduce::ThisMachine() {
-  char name[256] = {0};
-  ::gethostname(name, sizeof(name) - 1);
-  std::string boot;
-  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
-  return std::string(name) + "/" + boot;
-}
-
-namespace {
 
 // The spin-wait hint: lets the sibling hyper-thread run and saves power while polling.
 inline void CpuRelax() {
@@ -64,24 +52,29 @@ std::string RandomHex() {
   return buf;
 }
 
+size_t SegmentBytes(int size) {
+  return kHeaderBytes + static_cast<size_t>(size + 1) * ShmAllReduce::kSlotFloats * sizeof(float);
+}
+
 }  // namespace
 
+std::string ShmAllReduce::ThisMachine() {
+  char name[256] = {0};
+  ::gethostname(name, sizeof(name) - 1);
+  std::string boot;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
+  return std::string(name) + "/" + boot;
+}
+
 // The segment: this header, then size() + 1 slots of kSlotFloats (the last holds the result).
+// Fresh shared pages are zero, so every rank's phase starts at 0.
 struct ShmAllReduce::Header {
-  uint32_t magic;
-  uint32_t size;
   struct alignas(64) Arrival {
     std::atomic<uint32_t> phase;  // the last barrier phase this rank reached
   };
   Arrival ranks[kMaxRanks];
 };
 static_assert(std::atomic<uint32_t>::is_always_lock_free, "futex words must be plain words");
-
-namespace {
-size_t SegmentBytes(int size) {
-  return kHeaderBytes + static_cast<size_t>(size + 1) * ShmAllReduce::kSlotFloats * sizeof(float);
-}
-}  // namespace
 
 std::unique_ptr<ShmAllReduce> ShmAllReduce::Create(rendezvous::StoreClient& store,
                                                    const std::string& prefix, int rank, int size,
@@ -141,26 +134,24 @@ std::unique_ptr<ShmAllReduce> ShmAllReduce::Create(rendezvous::StoreClient& stor
     if (base == MAP_FAILED)
       failure = "cannot map " + name + ": " + std::strerror(errno);
   }
-  if (rank == 0 && base != MAP_FAILED) {
-    auto* h = static_cast<Header*>(base);  // fresh pages are zero: every phase starts at 0
-    h->magic = kMagic;
-    h->size = static_cast<uint32_t>(size);
-  }
-  store.Set(keys + "mapped/" + std::to_string(rank), failure.empty() ? "" : failure);
+  // From here the name and the mapping are released on every way out, a store timeout too.
+  std::unique_ptr<void, std::function<void(void*)>> mapping(
+      base == MAP_FAILED ? nullptr : base, [bytes](void* p) { ::munmap(p, bytes); });
+  std::unique_ptr<const std::string, std::function<void(const std::string*)>> unlink_name(
+      rank == 0 && !name.empty() ? &name : nullptr,
+      [](const std::string* n) { ::shm_unlink(n->c_str()); });
+  store.Set(keys + "mapped/" + std::to_string(rank), failure);
   std::vector<std::string> mapped_keys;
   for (int r = 0; r < size; ++r)
     mapped_keys.push_back(keys + "mapped/" + std::to_string(r));
   const std::vector<std::string> mapped = store.Wait(mapped_keys, timeout);
-  if (rank == 0 && !name.empty())
-    ::shm_unlink(name.c_str());  // every rank has opened it (or given up): no name left behind
+  unlink_name.reset();  // every rank has opened it (or given up): no name left behind
   for (int r = 0; r < size; ++r) {
-    if (!mapped[r].empty()) {
-      if (base != MAP_FAILED)
-        ::munmap(base, bytes);
+    if (!mapped[r].empty())
       return refuse("rank " + std::to_string(r) + ": " + mapped[r]);
-    }
   }
-  return std::unique_ptr<ShmAllReduce>(new ShmAllReduce(base, bytes, rank, size, timeout));
+  return std::unique_ptr<ShmAllReduce>(
+      new ShmAllReduce(mapping.release(), bytes, rank, size, timeout));
 }
 
 ShmAllReduce::ShmAllReduce(void* base, size_t bytes, int rank, int size,
