@@ -1,7 +1,7 @@
 // gpt_bench: Tessera's side of bench/gpu/run.sh. Trains the GPT on one CUDA device (bf16,
 // AdamW) on random tokens and prints one line:
 //   tessera tokens_per_s=... step_ms=... mfu=... loss_first=... loss_last=... ... attention=...
-// --attention flash|matmul (default matmul) picks the attention kernels (GptCudaOptions;
+// --attention matmul|flash|flash-mma (default matmul) picks the attention kernels (GptCudaOptions;
 // TESSERA_ATTENTION in the environment overrides it, and the line shows the flag's value).
 // MFU counts the model's FLOPs as nanoGPT does: 6 (P - wpe) + 12 L C T per token (forward
 // and backward, attention included), against --peak-tflops (H100/H200 SXM dense bf16: 989).
@@ -40,8 +40,10 @@ int Run(int argc, char** argv) {
   app.add_option("--steps", steps, "timed steps");
   app.add_option("--warmup", warmup, "untimed steps first");
   app.add_option("--peak-tflops", peak_tflops, "the device's dense bf16 peak, for MFU");
-  app.add_option("--attention", attention, "attention kernels: matmul (cuBLASLt) or flash (fused)")
-      ->check(CLI::IsMember({"matmul", "flash"}));
+  app.add_option("--attention", attention,
+                 "attention kernels: matmul (cuBLASLt), flash (fused, wmma) or flash-mma (fused, "
+                 "mma.sync)")
+      ->check(CLI::IsMember({"matmul", "flash", "flash-mma"}));
   CLI11_PARSE(app, argc, argv);
   if (preset != "none" && !tessera::model::GptPreset(preset, &config)) {
     std::fprintf(stderr, "gpt_bench: unknown --preset %s\n", preset.c_str());
@@ -66,8 +68,9 @@ int Run(int argc, char** argv) {
 
   std::string error;
   tessera::model::GptCudaOptions options;
-  options.attention = attention == "flash" ? tessera::model::GpuAttention::kFlash
-                                           : tessera::model::GpuAttention::kMatmul;
+  options.attention = attention == "flash"       ? tessera::model::GpuAttention::kFlash
+                      : attention == "flash-mma" ? tessera::model::GpuAttention::kFlashMma
+                                                 : tessera::model::GpuAttention::kMatmul;
   auto model = tessera::model::CreateGptCuda(config, options, &error);
   if (model == nullptr) {
     std::fprintf(stderr, "gpt_bench: cannot create the CUDA model: %s\n", error.c_str());

@@ -17,7 +17,7 @@
 # summary.txt. Exit status: 0 all passed; 1 a test or a benchmark failed (the ratio line is
 # still printed when both benchmarks ran); 2 no binaries; 3 no GPU.
 #
-# Environment: ATTENTIONS ("matmul flash": gpt_bench's --attention values to time, the first
+# Environment: ATTENTIONS ("matmul flash flash-mma": gpt_bench's --attention values to time, the first
 # for the ratio), BATCH (16), STEPS (20), WARMUP (3), PEAK_TFLOPS (989, dense bf16 of an
 # H100/H200 SXM), BUDGET_S (470: the whole run's deadline), BUNDLE (path of the bundle),
 # BIN_DIR (use these binaries instead), PYTHON (python3), JOBS (nproc), SKIP_TESTS=1,
@@ -216,12 +216,13 @@ fi
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<" $2" | head -1; }
 common=(--batch "$batch" --steps "$steps" --warmup "$warmup" --peak-tflops "$peak")
 t_line=""
+t_lines=()
 p_line=""
 # Tessera once per attention kernel in $ATTENTIONS when gpt_bench has --attention (else once,
 # with its default); the ratio is taken from the first that ran.
 variants=("")
 if "$(exe gpt_bench)" --help 2>&1 | grep -q -- '--attention'; then
-  read -r -a variants <<<"${ATTENTIONS:-matmul flash}"
+  read -r -a variants <<<"${ATTENTIONS:-matmul flash flash-mma}"
 fi
 for a in "${variants[@]}"; do
   args=(--preset gpt2-124m "${common[@]}")
@@ -229,6 +230,7 @@ for a in "${variants[@]}"; do
   if run "tessera${a:+ ($a attention)}" "$(budget 60 200)" "$(exe gpt_bench)" "${args[@]}"; then
     line=$(grep '^tessera ' "$stage_log" | tail -1)
     say "$line"
+    t_lines+=("$line")
     [[ -z "$t_line" ]] && t_line=$line
   else
     failures+=("the Tessera benchmark${a:+ ($a attention)}")
@@ -263,8 +265,13 @@ if ((${#failures[@]} > 0)); then
   say "run.sh: FAILED: ${failures[*]}"
 fi
 if [[ -n "$t_line" && -n "$p_line" ]]; then
-  t=$(field tokens_per_s "$t_line")
   p=$(field tokens_per_s "$p_line")
+  # Each attention's ratio (for choosing the default), then the line of the first.
+  for line in "${t_lines[@]}"; do
+    awk -v t="$(field tokens_per_s "$line")" -v p="$p" -v m="$(field mfu "$line")" -v a="$(field attention "$line")" \
+      'BEGIN{printf "attention=%s ratio=%.3f mfu=%.3f\n", a, t/p, m}' | tee -a "$log" "$summary"
+  done
+  t=$(field tokens_per_s "$t_line")
   m=$(field mfu "$t_line")
   awk -v t="$t" -v p="$p" -v m="$m" 'BEGIN{printf "ratio=%.3f mfu=%.3f\n", t/p, m}' | tee -a "$log" "$summary"
 fi

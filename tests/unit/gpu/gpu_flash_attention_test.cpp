@@ -1,14 +1,15 @@
 // The fused causal attention of worker/model/cuda/flash_attention.cu, forward and backward,
 // against the CPU reference of worker/model/cpu/layers.h, as GpuLayers.AttentionForwardAndBackward
 // checks the matmul attention: fresh random bf16 inputs, relative error within kBf16Tolerance.
-// Shapes: the tests' head size (32), a T that is not a multiple of the 64-row tile, and GPT-2's
-// head size (64).
+// Shapes: the tests' head size (32), a T that is not a multiple of the 64-row tile, GPT-2's
+// head size (64), and several sequences with a ragged end. Both kernel sets (FlashKernels).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <ostream>
 #include <random>
 #include <stdexcept>
 #include <vector>
@@ -18,6 +19,12 @@
 #include "worker/model/cuda/layers_cuda.h"
 
 namespace tessera::model::cuda {
+
+// Test names and messages show the kernel set (found by argument-dependent lookup).
+void PrintTo(FlashKernels kernels, std::ostream* os) {
+  *os << (kernels == FlashKernels::kWmma ? "wmma" : "mma");
+}
+
 namespace {
 
 using gpu_test::DeviceArray;
@@ -29,7 +36,7 @@ using gpu_test::RelativeErrorWithin;
 
 // Forward and backward of one shape; the CPU's log-sum-exp is recomputed from its
 // probabilities' normaliser (the scaled scores of each row).
-void CheckFlashAttention(int B, int T, int C, int NH) {
+void CheckFlashAttention(int B, int T, int C, int NH, FlashKernels kernels) {
   const uint64_t seed = std::random_device{}();
   std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
   const int64_t N = int64_t{B} * T;
@@ -41,9 +48,11 @@ void CheckFlashAttention(int B, int T, int C, int NH) {
 
   DeviceBf16 d_qkv(qkv), d_out(out_size), d_dout(dout), d_dqkv(qkv_size);
   DeviceArray<float> d_lse(rows), d_delta(rows), d_dq(out_size);
-  flash_attention_forward(d_out.as<bf16>(), d_lse.get(), d_qkv.as<bf16>(), B, T, C, NH, nullptr);
+  flash_attention_forward(d_out.as<bf16>(), d_lse.get(), d_qkv.as<bf16>(), B, T, C, NH, nullptr,
+                          kernels);
   flash_attention_backward(d_dqkv.as<bf16>(), d_delta.get(), d_dq.get(), d_dout.as<bf16>(),
-                           d_qkv.as<bf16>(), d_out.as<bf16>(), d_lse.get(), B, T, C, NH, nullptr);
+                           d_qkv.as<bf16>(), d_out.as<bf16>(), d_lse.get(), B, T, C, NH, nullptr,
+                           kernels);
   TESSERA_CUDA_OK(cudaDeviceSynchronize());
 
   std::vector<float> out(out_size), att(static_cast<size_t>(B) * NH * T * T, 0.0f), dqkv(qkv_size);
@@ -81,34 +90,52 @@ void CheckFlashAttention(int B, int T, int C, int NH) {
   EXPECT_TRUE(RelativeErrorWithin(d_lse.ToHost(), lse, kFp32Tolerance));
 }
 
-TEST(GpuFlashAttention, MatchesTheCpuReferenceAtHeadSize32) {
+// Each test runs both implementations: the wmma kernels (flash_attention.cu) and the mma.sync
+// kernels (flash_mma_kernels.cuh; 128 queries a forward block, so T = 100 and 256 also leave
+// forward blocks partly past T).
+class GpuFlashAttention : public ::testing::TestWithParam<FlashKernels> {};
+
+TEST_P(GpuFlashAttention, MatchesTheCpuReferenceAtHeadSize32) {
   TESSERA_SKIP_WITHOUT_GPU();
-  CheckFlashAttention(2, 64, 128, 4);
+  CheckFlashAttention(2, 64, 128, 4, GetParam());
 }
 
-TEST(GpuFlashAttention, MatchesTheCpuReferenceWithAPartialTile) {
+TEST_P(GpuFlashAttention, MatchesTheCpuReferenceWithAPartialTile) {
   TESSERA_SKIP_WITHOUT_GPU();
-  CheckFlashAttention(1, 100, 128, 4);
+  CheckFlashAttention(1, 100, 128, 4, GetParam());
 }
 
-TEST(GpuFlashAttention, MatchesTheCpuReferenceAtGpt2HeadSize64) {
+TEST_P(GpuFlashAttention, MatchesTheCpuReferenceAtGpt2HeadSize64) {
   TESSERA_SKIP_WITHOUT_GPU();
-  CheckFlashAttention(1, 256, 768, 12);
+  CheckFlashAttention(1, 256, 768, 12, GetParam());
 }
 
-TEST(GpuFlashAttention, RefusesAnUnsupportedHeadSizeBeforeLaunching) {
+TEST_P(GpuFlashAttention, MatchesTheCpuReferenceWithSeveralSequencesAndARaggedEnd) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  CheckFlashAttention(3, 200, 256, 4, GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Gpu, GpuFlashAttention,
+                         ::testing::Values(FlashKernels::kWmma, FlashKernels::kMma),
+                         [](const ::testing::TestParamInfo<FlashKernels>& info) {
+                           return info.param == FlashKernels::kWmma ? "Wmma" : "Mma";
+                         });
+
+TEST(GpuFlashAttentionShapes, RefusesAnUnsupportedHeadSizeBeforeLaunching) {
   TESSERA_SKIP_WITHOUT_GPU();
   DeviceBf16 qkv(size_t{8} * 3 * 96), out(size_t{8} * 96), dout(size_t{8} * 96);
   DeviceBf16 dqkv(size_t{8} * 3 * 96);
   DeviceArray<float> lse(8), delta(8), dq(size_t{8} * 96);
   // hs = 96 / 6 = 16.
-  EXPECT_THROW(
-      flash_attention_forward(out.as<bf16>(), lse.get(), qkv.as<bf16>(), 1, 8, 96, 6, nullptr),
-      std::invalid_argument);
-  EXPECT_THROW(
-      flash_attention_backward(dqkv.as<bf16>(), delta.get(), dq.get(), dout.as<bf16>(),
-                               qkv.as<bf16>(), out.as<bf16>(), lse.get(), 1, 8, 96, 6, nullptr),
-      std::invalid_argument);
+  for (FlashKernels kernels : {FlashKernels::kWmma, FlashKernels::kMma}) {
+    EXPECT_THROW(flash_attention_forward(out.as<bf16>(), lse.get(), qkv.as<bf16>(), 1, 8, 96, 6,
+                                         nullptr, kernels),
+                 std::invalid_argument);
+    EXPECT_THROW(flash_attention_backward(dqkv.as<bf16>(), delta.get(), dq.get(), dout.as<bf16>(),
+                                          qkv.as<bf16>(), out.as<bf16>(), lse.get(), 1, 8, 96, 6,
+                                          nullptr, kernels),
+                 std::invalid_argument);
+  }
   TESSERA_CUDA_OK(cudaGetLastError());
 }
 

@@ -132,6 +132,18 @@ TEST(GpuModel, ForwardAndBackwardWithFlashAttentionMatchTheCpuModel) {
   CheckForwardAndBackwardAgainstCpu(config, options, 2);
 }
 
+// The same with the mma.sync kernels (80 positions: one forward block of 128 queries, partly
+// past T).
+TEST(GpuModel, ForwardAndBackwardWithFlashMmaAttentionMatchTheCpuModel) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  GptConfig config = SmallConfig();
+  config.heads = 2;
+  config.seq_len = 80;
+  GptCudaOptions options;
+  options.attention = GpuAttention::kFlashMma;
+  CheckForwardAndBackwardAgainstCpu(config, options, 2);
+}
+
 // TESSERA_ATTENTION overrides GptCudaOptions::attention; a value that names no attention is
 // refused with a message naming the variable. Checked before any device is looked for, so this
 // runs without a GPU too.

@@ -20,6 +20,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "worker/model/cuda/flash_mma_kernels.cuh"
 #include "worker/model/cuda/layers_cuda.h"
 
 namespace tessera::model::cuda {
@@ -533,16 +534,55 @@ void LaunchBackward(bf16* dinp, float* dq_accum, const bf16* dout, const bf16* i
   CheckLaunch("flash_attention_backward");
 }
 
+// The mma.sync kernels of flash_mma_kernels.cuh, which take bf16 as its bits.
+const flash_mma::Bf16Bits* Bits(const bf16* p) {
+  return reinterpret_cast<const flash_mma::Bf16Bits*>(p);
+}
+flash_mma::Bf16Bits* Bits(bf16* p) {
+  return reinterpret_cast<flash_mma::Bf16Bits*>(p);
+}
+
+template <int HS>
+void LaunchMmaForward(bf16* out, float* lse, const bf16* inp, int B, int T, int NH,
+                      cudaStream_t stream) {
+  constexpr size_t bytes = flash_mma::ForwardSharedBytes<HS>();
+  SetSharedBytes(flash_mma::FlashMmaForwardKernel<HS>, bytes,
+                 "flash_attention_forward shared memory");
+  const dim3 grid(Blocks(T, flash_mma::kForwardQueries), static_cast<unsigned>(B * NH));
+  const float scale_log2 = kLog2e / sqrtf(static_cast<float>(HS));
+  flash_mma::FlashMmaForwardKernel<HS><<<grid, flash_mma::kForwardThreads, bytes, stream>>>(
+      Bits(out), lse, Bits(inp), T, NH, scale_log2);
+  CheckLaunch("flash_attention_forward (mma)");
+}
+
+template <int HS>
+void LaunchMmaBackward(bf16* dinp, float* dq_accum, const bf16* dout, const bf16* inp,
+                       const float* lse, const float* delta, int B, int T, int NH,
+                       cudaStream_t stream) {
+  constexpr size_t bytes = flash_mma::BackwardSharedBytes<HS>();
+  SetSharedBytes(flash_mma::FlashMmaBackwardKernel<HS>, bytes,
+                 "flash_attention_backward shared memory");
+  const dim3 grid(Blocks(T, flash_mma::kKeyTile), static_cast<unsigned>(B * NH));
+  const float scale = 1.0f / sqrtf(static_cast<float>(HS));
+  flash_mma::FlashMmaBackwardKernel<HS><<<grid, flash_mma::kBackwardThreads, bytes, stream>>>(
+      Bits(dinp), dq_accum, Bits(dout), Bits(inp), lse, delta, T, NH, scale);
+  CheckLaunch("flash_attention_backward (mma)");
+}
+
 }  // namespace
 
 void flash_attention_forward(bf16* out, float* lse, const bf16* inp, int B, int T, int C, int NH,
-                             cudaStream_t stream) {
+                             cudaStream_t stream, FlashKernels kernels) {
   const char* what = "flash_attention_forward";
   const int hs = CheckFlashShape(what, B, T, C, NH);
   CheckAligned(what, "inp", inp);
   CheckAligned(what, "out", out);
   CheckDevice(what);
-  if (hs == 32)
+  if (kernels == FlashKernels::kMma && hs == 32)
+    LaunchMmaForward<32>(out, lse, inp, B, T, NH, stream);
+  else if (kernels == FlashKernels::kMma)
+    LaunchMmaForward<64>(out, lse, inp, B, T, NH, stream);
+  else if (hs == 32)
     LaunchForward<32>(out, lse, inp, B, T, NH, stream);
   else
     LaunchForward<64>(out, lse, inp, B, T, NH, stream);
@@ -550,7 +590,7 @@ void flash_attention_forward(bf16* out, float* lse, const bf16* inp, int B, int 
 
 void flash_attention_backward(bf16* dinp, float* delta_scratch, float* dq_scratch, const bf16* dout,
                               const bf16* inp, const bf16* out, const float* lse, int B, int T,
-                              int C, int NH, cudaStream_t stream) {
+                              int C, int NH, cudaStream_t stream, FlashKernels kernels) {
   const char* what = "flash_attention_backward";
   const int hs = CheckFlashShape(what, B, T, C, NH);
   CheckAligned(what, "dinp", dinp);
@@ -564,7 +604,11 @@ void flash_attention_backward(bf16* dinp, float* delta_scratch, float* dq_scratc
   CheckLaunch("flash_attention_backward (delta)");
   CheckCuda(cudaMemsetAsync(dq_scratch, 0, static_cast<size_t>(N) * C * sizeof(float), stream),
             "flash_attention_backward (zero dq)", __FILE__, __LINE__);
-  if (hs == 32)
+  if (kernels == FlashKernels::kMma && hs == 32)
+    LaunchMmaBackward<32>(dinp, dq_scratch, dout, inp, lse, delta_scratch, B, T, NH, stream);
+  else if (kernels == FlashKernels::kMma)
+    LaunchMmaBackward<64>(dinp, dq_scratch, dout, inp, lse, delta_scratch, B, T, NH, stream);
+  else if (hs == 32)
     LaunchBackward<32>(dinp, dq_scratch, dout, inp, lse, delta_scratch, B, T, NH, stream);
   else
     LaunchBackward<64>(dinp, dq_scratch, dout, inp, lse, delta_scratch, B, T, NH, stream);

@@ -69,6 +69,10 @@ struct GptCuda::Impl {
   GptConfig config;
   int device = 0;
   GpuAttention attention = GpuAttention::kMatmul;
+  cuda::FlashKernels flash_kernels() const {
+    return attention == GpuAttention::kFlashMma ? cuda::FlashKernels::kMma
+                                                : cuda::FlashKernels::kWmma;
+  }
   int64_t P = 0;
   int Vp = 0;  // logits row stride: vocab rounded up to 64, so that every row is aligned
   std::vector<ParameterTensor> tensors;
@@ -174,7 +178,7 @@ struct GptCuda::Impl {
     const int64_t NC = N * C;
     const int64_t att_size = static_cast<int64_t>(batch) * config.heads * seq * seq;
     const int64_t rows_size = static_cast<int64_t>(batch) * config.heads * seq;  // (B,NH,T)
-    const bool flash = attention == GpuAttention::kFlash;
+    const bool flash = attention != GpuAttention::kMatmul;
     // Two passes: the first sizes the arena, the second hands out pointers into it.
     for (int pass = 0; pass < 2; pass++) {
       int64_t offset = 0;
@@ -303,14 +307,18 @@ std::unique_ptr<GptCuda> CreateGptCuda(const GptConfig& config, const GptCudaOpt
     const std::string value = env;
     if (value == "flash") {
       attention = GpuAttention::kFlash;
+    } else if (value == "flash-mma") {
+      attention = GpuAttention::kFlashMma;
     } else if (value == "matmul") {
       attention = GpuAttention::kMatmul;
     } else {
-      return fail("TESSERA_ATTENTION=" + value + " is not an attention: use flash or matmul");
+      return fail("TESSERA_ATTENTION=" + value +
+                  " is not an attention: use matmul, flash or flash-mma");
     }
   }
   const int head_size = config.d_model / config.heads;
-  if (attention == GpuAttention::kFlash && head_size != 32 && head_size != 64) {
+  const bool fused = attention != GpuAttention::kMatmul;
+  if (fused && head_size != 32 && head_size != 64) {
     return fail("flash attention supports head sizes (dModel / heads) 32 and 64, not " +
                 std::to_string(head_size) + "; use TESSERA_ATTENTION=matmul");
   }
@@ -321,7 +329,7 @@ std::unique_ptr<GptCuda> CreateGptCuda(const GptConfig& config, const GptCudaOpt
     return fail("CUDA device " + std::to_string(options.device) + " does not exist (" +
                 std::to_string(count) + " visible)");
   }
-  if (attention == GpuAttention::kFlash) {
+  if (fused) {
     int major = 0;
     if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, options.device) !=
             cudaSuccess ||
@@ -523,8 +531,8 @@ void GptCuda::Forward(std::span<const int32_t> tokens, std::span<const int32_t> 
     Impl::Block& a = s.blocks[l];
     cuda::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, p.ln1w, p.ln1b, N, C, st);
     cuda::matmul_forward(mm, a.qkv, a.ln1, p.qkvw, p.qkvb, nullptr, N, C, 3 * C, st);
-    if (s.attention == GpuAttention::kFlash)
-      cuda::flash_attention_forward(a.atty, a.att_lse, a.qkv, B, T, C, NH, st);
+    if (s.attention != GpuAttention::kMatmul)
+      cuda::flash_attention_forward(a.atty, a.att_lse, a.qkv, B, T, C, NH, st, s.flash_kernels());
     else
       cuda::attention_forward(mm, a.atty, s.qkvr, a.att, a.qkv, B, T, C, NH, st);
     cuda::matmul_forward(mm, a.residual2, a.atty, p.attprojw, p.attprojb, residual, N, C, C, st);
@@ -657,9 +665,9 @@ void GptCuda::Backward(float loss_scale, const GpuGradientsReadyFn& on_ready) {
     // Attention branch: residual2 = residual + attproj(attention(qkv(ln1(residual)))).
     cuda::matmul_backward(mm, s.datty, gb.attprojw, gb.attprojb, dres, a.atty, p.attprojw, N, C, C,
                           st);
-    if (s.attention == GpuAttention::kFlash) {
+    if (s.attention != GpuAttention::kMatmul) {
       cuda::flash_attention_backward(s.dqkv, s.att_delta, s.dq_accum, s.datty, a.qkv, a.atty,
-                                     a.att_lse, B, T, C, NH, st);
+                                     a.att_lse, B, T, C, NH, st, s.flash_kernels());
     } else {
       cuda::attention_backward(mm, s.dqkv, s.qkvr, s.dqkvr, s.datt, s.datty, a.qkv, a.att, B, T, C,
                                NH, st);

@@ -19,13 +19,14 @@ namespace tessera::model {
 
 // How the attention of each block is computed. kMatmul: batched cuBLASLt products around a
 // fused softmax, the (B,NH,T,T) probabilities kept for backward. kFlash: one fused kernel per
-// pass (flash_attention_forward/backward), nothing of size T*T in memory, head sizes 32 and 64
-// only; not the default until it is measured faster (docs/gpu.md).
-enum class GpuAttention { kMatmul, kFlash };
+// pass (flash_attention_forward/backward, the nvcuda::wmma kernels), nothing of size T*T in
+// memory, head sizes 32 and 64 only. kFlashMma: the same on mma.sync kernels that keep scores in
+// registers (flash_mma_kernels.cuh). Neither is the default until measured faster (docs/gpu.md).
+enum class GpuAttention { kMatmul, kFlash, kFlashMma };
 
 struct GptCudaOptions {
   int device = 0;  // CUDA device ordinal; the model makes it current in every call
-  // Overridden by the environment variable TESSERA_ATTENTION=matmul|flash when it is set.
+  // Overridden by the environment variable TESSERA_ATTENTION=matmul|flash|flash-mma when set.
   GpuAttention attention = GpuAttention::kMatmul;
 };
 
@@ -122,8 +123,8 @@ class GptCuda {
 // Creates the device model: parameters allocated, zero, on options.device. Returns null and
 // sets *error to one line when it cannot: "built without CUDA" (a build with TESSERA_CUDA=OFF or
 // no toolkit), "no CUDA device" (none visible), an invalid configuration (ValidateGptConfig's
-// message), a TESSERA_ATTENTION other than matmul or flash, flash attention for a head size it
-// does not support, or the CUDA error of the allocation.
+// message), a TESSERA_ATTENTION other than matmul, flash or flash-mma, flash attention for a head
+// size it does not support, or the CUDA error of the allocation.
 std::unique_ptr<GptCuda> CreateGptCuda(const GptConfig& config, const GptCudaOptions& options,
                                        std::string* error);
 

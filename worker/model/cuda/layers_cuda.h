@@ -133,22 +133,26 @@ void attention_softmax_backward(bf16* datt, const bf16* att, int BH, int T, floa
                                 cudaStream_t stream);
 
 // ---- fused (flash-style) causal attention, the same function as attention_forward ----
-// No (T,T) matrix in memory: scores are computed per 64x64 tile on tensor cores (bf16 inputs,
-// fp32 accumulation) with an online softmax in fp32 (flash_attention.cu). Supports head sizes
-// hs = C / NH of 32 and 64, any T >= 1, a device of compute capability >= 8.0, and 16-byte
-// aligned bf16 arrays; otherwise throws std::invalid_argument naming the shape, before any
-// launch.
+// No (T,T) matrix in memory: scores are computed per 64-key tile on tensor cores (bf16 inputs,
+// fp32 accumulation) with an online softmax in fp32. Two implementations (FlashKernels):
+// kWmma (flash_attention.cu: nvcuda::wmma, every score tile through shared memory) and kMma
+// (flash_mma_kernels.cuh: mma.sync with scores and probabilities in registers). Supports head
+// sizes hs = C / NH of 32 and 64, any T >= 1, a device of compute capability >= 8.0, and
+// 16-byte aligned bf16 arrays; otherwise throws std::invalid_argument naming the shape, before
+// any launch.
+enum class FlashKernels { kWmma, kMma };
 // inp (B,T,3C) as attention_forward; out (B,T,C); lse (B,NH,T) fp32 = log-sum-exp of each
 // row's scaled (1/sqrt(hs)), causally masked scores, kept for backward.
 void flash_attention_forward(bf16* out, float* lse, const bf16* inp, int B, int T, int C, int NH,
-                             cudaStream_t stream);
+                             cudaStream_t stream, FlashKernels kernels = FlashKernels::kWmma);
 // dinp (B,T,3C) = gradient of inp (overwritten: dq | dk | dv in inp's layout) from dout (B,T,C),
 // given the forward's inp, out and lse. Scratch: delta_scratch (B,NH,T) fp32 holds
 // D = rowsum(dout * out); dq_scratch (B,T,C) fp32 accumulates dq by atomic adds over key tiles
 // (zeroed here), so dq may differ in the last bits from run to run; dk and dv do not.
 void flash_attention_backward(bf16* dinp, float* delta_scratch, float* dq_scratch, const bf16* dout,
                               const bf16* inp, const bf16* out, const float* lse, int B, int T,
-                              int C, int NH, cudaStream_t stream);
+                              int C, int NH, cudaStream_t stream,
+                              FlashKernels kernels = FlashKernels::kWmma);
 
 // ---- GELU, tanh approximation ----
 void gelu_forward(bf16* out, const bf16* inp, int64_t N, cudaStream_t stream);

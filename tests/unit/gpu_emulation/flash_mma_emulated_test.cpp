@@ -1,0 +1,187 @@
+// The mma.sync flash-attention kernels (worker/model/cuda/flash_mma_kernels.cuh), run on the CPU
+// by the SIMT emulator, against the CPU reference attention of worker/model/cpu/layers.h: the
+// kernels' tiling, fragment indexing, causal masking, online softmax and dQ accumulation are
+// checked here, in CI, without a GPU. (On a GPU, tests/unit/gpu/gpu_flash_attention_test.cpp
+// runs the same source compiled by nvcc.)
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <sstream>
+#include <vector>
+
+#include "tests/unit/gpu_emulation/warp_emulator.h"
+#include "worker/model/cpu/layers.h"
+#include "worker/model/cuda/flash_mma_kernels.cuh"
+
+namespace tessera::model::cuda::flash_mma {
+namespace {
+
+std::vector<float> RandomBf16Values(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> values(n);
+  for (float& v : values)
+    v = warp::Bf16ToFloat(warp::FloatToBf16(normal(rng)));
+  return values;
+}
+
+std::vector<Bf16Bits> ToBits(const std::vector<float>& values) {
+  std::vector<Bf16Bits> bits(values.size());
+  for (size_t i = 0; i < values.size(); i++)
+    bits[i] = warp::FloatToBf16(values[i]);
+  return bits;
+}
+
+std::vector<float> ToFloats(const std::vector<Bf16Bits>& bits) {
+  std::vector<float> values(bits.size());
+  for (size_t i = 0; i < bits.size(); i++)
+    values[i] = warp::Bf16ToFloat(bits[i]);
+  return values;
+}
+
+// Relative L2 error within `tolerance`, and every element within `tolerance` times the largest
+// reference magnitude (so one wrong row or column cannot hide in the norm). NaN never passes.
+::testing::AssertionResult Close(const char* what, const std::vector<float>& got,
+                                 const std::vector<float>& want, double tolerance) {
+  double diff2 = 0, ref2 = 0, max_ref = 0;
+  for (float w : want)
+    max_ref = std::max(max_ref, static_cast<double>(std::abs(w)));
+  for (size_t i = 0; i < got.size(); i++) {
+    const double d = static_cast<double>(got[i]) - want[i];
+    if (!std::isfinite(got[i]) || std::abs(d) > tolerance * max_ref) {
+      return ::testing::AssertionFailure() << what << "[" << i << "] = " << got[i] << ", want "
+                                           << want[i] << " (largest |want| " << max_ref << ")";
+    }
+    diff2 += d * d;
+    ref2 += static_cast<double>(want[i]) * want[i];
+  }
+  const double rel = std::sqrt(diff2) / std::max(std::sqrt(ref2), 1e-30);
+  if (!(rel <= tolerance)) {
+    return ::testing::AssertionFailure()
+           << what << ": relative error " << rel << " > " << tolerance;
+  }
+  return ::testing::AssertionSuccess();
+}
+
+template <int HS>
+void CheckAgainstCpu(int B, int T, int NH, uint64_t seed) {
+  const int C = NH * HS;
+  const size_t N = static_cast<size_t>(B) * T;
+  const size_t rows = static_cast<size_t>(B) * NH * T;
+  const std::vector<float> qkv = RandomBf16Values(N * 3 * C, seed);
+  const std::vector<float> dout = RandomBf16Values(N * C, seed + 1);
+  const std::vector<Bf16Bits> qkv_bits = ToBits(qkv);
+  const std::vector<Bf16Bits> dout_bits = ToBits(dout);
+
+  // Forward.
+  std::vector<Bf16Bits> out_bits(N * C, 0xffff);
+  std::vector<float> lse(rows, NAN);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  warp_emu::LaunchConfig forward;
+  forward.grid_x = static_cast<unsigned>((T + kForwardQueries - 1) / kForwardQueries);
+  forward.grid_y = static_cast<unsigned>(B * NH);
+  forward.threads = kForwardThreads;
+  forward.shared_bytes = ForwardSharedBytes<HS>();
+  warp_emu::Launch(forward, [&] {
+    FlashMmaForwardKernel<HS>(out_bits.data(), lse.data(), qkv_bits.data(), T, NH, scale * kLog2e);
+  });
+
+  // Backward: D = rowsum(dout * out) as FlashDeltaKernel computes it, dq accumulated in fp32.
+  std::vector<float> delta(rows);
+  for (int b = 0; b < B; b++) {
+    for (int t = 0; t < T; t++) {
+      for (int h = 0; h < NH; h++) {
+        float sum = 0.0f;
+        for (int i = 0; i < HS; i++) {
+          const size_t at = (static_cast<size_t>(b) * T + t) * C + h * HS + i;
+          sum += dout[at] * warp::Bf16ToFloat(out_bits[at]);
+        }
+        delta[(static_cast<size_t>(b) * NH + h) * T + t] = sum;
+      }
+    }
+  }
+  std::vector<float> dq_accum(N * C, 0.0f);
+  std::vector<Bf16Bits> dinp_bits(N * 3 * C, 0xffff);
+  warp_emu::LaunchConfig backward;
+  backward.grid_x = static_cast<unsigned>((T + kKeyTile - 1) / kKeyTile);
+  backward.grid_y = static_cast<unsigned>(B * NH);
+  backward.threads = kBackwardThreads;
+  backward.shared_bytes = BackwardSharedBytes<HS>();
+  warp_emu::Launch(backward, [&] {
+    FlashMmaBackwardKernel<HS>(dinp_bits.data(), dq_accum.data(), dout_bits.data(), qkv_bits.data(),
+                               lse.data(), delta.data(), T, NH, scale);
+  });
+  for (size_t n = 0; n < N; n++) {
+    for (int c = 0; c < C; c++)
+      dinp_bits[n * 3 * C + c] = warp::FloatToBf16(dq_accum[n * C + c]);
+  }
+
+  // The CPU reference in fp32, and the log-sum-exp in double.
+  std::vector<float> out(N * C), att(static_cast<size_t>(B) * NH * T * T, 0.0f), dqkv(N * 3 * C);
+  cpu::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+  cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
+  std::vector<float> want_lse(rows);
+  for (int b = 0; b < B; b++) {
+    for (int h = 0; h < NH; h++) {
+      for (int t = 0; t < T; t++) {
+        std::vector<double> scores(t + 1);
+        for (int t2 = 0; t2 <= t; t2++) {
+          double dot = 0;
+          for (int i = 0; i < HS; i++) {
+            dot += static_cast<double>(qkv[(static_cast<size_t>(b) * T + t) * 3 * C + h * HS + i]) *
+                   qkv[(static_cast<size_t>(b) * T + t2) * 3 * C + C + h * HS + i];
+          }
+          scores[t2] = dot / std::sqrt(static_cast<double>(HS));
+        }
+        const double max = *std::max_element(scores.begin(), scores.end());
+        double sum = 0;
+        for (double s : scores)
+          sum += std::exp(s - max);
+        want_lse[(static_cast<size_t>(b) * NH + h) * T + t] =
+            static_cast<float>(max + std::log(sum));
+      }
+    }
+  }
+
+  EXPECT_TRUE(Close("out", ToFloats(out_bits), out, 1e-2));
+  EXPECT_TRUE(Close("lse", lse, want_lse, 1e-4));
+  const std::vector<float> dinp = ToFloats(dinp_bits);
+  // dq, dk and dv separately, so a wrong third cannot hide behind the other two.
+  for (int part = 0; part < 3; part++) {
+    std::vector<float> got, want;
+    for (size_t n = 0; n < N; n++) {
+      for (int c = 0; c < C; c++) {
+        got.push_back(dinp[n * 3 * C + part * C + c]);
+        want.push_back(dqkv[n * 3 * C + part * C + c]);
+      }
+    }
+    const char* names[] = {"dq", "dk", "dv"};
+    EXPECT_TRUE(Close(names[part], got, want, 1e-2));
+  }
+}
+
+// One forward block and one key tile, head size 32.
+TEST(FlashMmaEmulated, OneTileAtHeadSize32) {
+  CheckAgainstCpu<32>(1, 64, 2, 11);
+}
+
+// T = 100: the forward block and the second key tile end past T.
+TEST(FlashMmaEmulated, PartialTilesAtHeadSize64) {
+  CheckAgainstCpu<64>(1, 100, 2, 12);
+}
+
+// Two sequences, two forward blocks (the second partial), four key tiles.
+TEST(FlashMmaEmulated, SeveralBlocksAndSequences) {
+  CheckAgainstCpu<64>(2, 200, 1, 13);
+}
+
+// A T below one 16-row warp slice: most warps of the forward block lie wholly past T.
+TEST(FlashMmaEmulated, ShortSequence) {
+  CheckAgainstCpu<32>(2, 5, 2, 14);
+}
+
+}  // namespace
+}  // namespace tessera::model::cuda::flash_mma

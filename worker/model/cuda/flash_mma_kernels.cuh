@@ -1,0 +1,455 @@
+// The fused causal attention (flash-attention 2 style) on mma.sync tensor-core instructions,
+// with scores, probabilities and their gradients held in registers. The same function and
+// contract as the wmma kernels of flash_attention.cu (see layers_cuda.h): inp (B,T,3C) holds
+// q | k | v, out (B,T,C), lse (B,NH,T) the natural log-sum-exp of each row's scaled scores.
+//
+// Why a second implementation: nvcuda::wmma hides which lane holds which element, so the wmma
+// kernels write every score tile to shared memory and read it back for the softmax. The
+// m16n8k16 instruction's layouts are documented (warp_mma.cuh), and the accumulator layout of
+// one product is, two 8-column tiles at a time, the A-operand layout of the next: the
+// probabilities go from the QK^T accumulators into the PV product without leaving registers.
+//
+// Written against warp_mma.cuh only, so the same source runs on a GPU (included by
+// flash_attention.cu) and on the CPU under the SIMT emulator of tests/unit/gpu_emulation.
+//
+// Shapes: head size HS of 32 or 64; any T >= 1 (rows past T are read as zeros, never written);
+// shared tiles have rows padded by 8 bf16 so the 8 row addresses of an ldmatrix fall in
+// different banks.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "worker/model/cuda/warp_mma.cuh"
+
+namespace tessera::model::cuda::flash_mma {
+
+using warp::Bf16Bits;
+
+constexpr int kKeyTile = 64;    // keys per shared tile (forward), per block (backward)
+constexpr int kQueryTile = 64;  // queries per shared tile (backward)
+constexpr int kForwardWarps = 8;
+constexpr int kForwardThreads = kForwardWarps * warp::kWarpSize;
+constexpr int kForwardQueries = 16 * kForwardWarps;  // per block: 16 rows a warp
+constexpr int kBackwardWarps = 4;
+constexpr int kBackwardThreads = kBackwardWarps * warp::kWarpSize;  // 16 keys a warp
+constexpr int kPad = 8;
+constexpr int kLdScores = kQueryTile + kPad;  // row stride of the backward's dS^T tile
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+template <int HS>
+TESSERA_HOST_DEVICE constexpr int LdHead() {
+  return HS + kPad;  // row stride of a (rows, HS) tile of q, k, v or dO
+}
+TESSERA_HOST_DEVICE constexpr size_t Align128(size_t bytes) {
+  return (bytes + 127) / 128 * 128;
+}
+template <int HS>
+TESSERA_HOST_DEVICE constexpr size_t HeadTileBytes(int rows) {
+  return Align128(sizeof(Bf16Bits) * rows * LdHead<HS>());
+}
+// Forward: two stages of (k tile, v tile), one computed on while the next is copied in (the
+// block's queries are staged through stage 1 first).
+template <int HS>
+TESSERA_HOST_DEVICE constexpr size_t ForwardSharedBytes() {
+  static_assert(2 * kKeyTile >= kForwardQueries, "q is staged in a stage's k and v tiles");
+  static_assert(HeadTileBytes<HS>(kKeyTile) == sizeof(Bf16Bits) * kKeyTile * LdHead<HS>(),
+                "a stage's k and v tiles are contiguous rows");
+  return 4 * HeadTileBytes<HS>(kKeyTile);
+}
+// Backward: the k tile | two stages of (q tile, dO tile) | dS^T (keys, queries) | two stages of
+// (lse, D) of the query tile.
+template <int HS>
+TESSERA_HOST_DEVICE constexpr size_t BackwardSharedBytes() {
+  return 5 * HeadTileBytes<HS>(kKeyTile) + Align128(sizeof(Bf16Bits) * kKeyTile * kLdScores) +
+         4 * Align128(sizeof(float) * kQueryTile);
+}
+
+// Starts copying rows [row0, row0 + rows) of a (T, HS) matrix whose rows lie `stride` elements
+// apart into a shared (rows, LdHead) tile, 16 bytes per cp.async; rows at or past T are
+// zeroed at once. The copies belong to the next CpAsyncCommit group.
+template <int HS>
+TESSERA_DEVICE void LoadRowsAsync(Bf16Bits* tile, const Bf16Bits* src, int64_t stride, int row0,
+                                  int rows, int T, int threads) {
+  constexpr int kVecsPerRow = HS / 8;
+  for (int i = static_cast<int>(warp::ThreadIdx()); i < rows * kVecsPerRow; i += threads) {
+    const int r = i / kVecsPerRow;
+    const int c = (i % kVecsPerRow) * 8;
+    Bf16Bits* dst = tile + r * LdHead<HS>() + c;
+    if (row0 + r < T)
+      warp::CpAsync16(dst, src + (row0 + r) * stride + c);
+    else
+      warp::Zero16(dst);
+  }
+}
+
+// The lane's address for an ldmatrix .x4 giving the A fragment of the 16x16 block at
+// (row0, col0) of a row-major tile (matrices: rows 0-7 | 8-15, then columns 8-15).
+TESSERA_DEVICE const Bf16Bits* AFragmentRow(const Bf16Bits* tile, int ld, int row0, int col0,
+                                            int lane) {
+  return tile + (row0 + lane % 8 + 8 * ((lane / 8) % 2)) * ld + col0 + 8 * (lane / 16);
+}
+// For B fragments of two 8-column chunks (n0, n0 + 8) over k [k0, k0 + 16), where B[k][n] =
+// tile[n][k] (the tile holds B's columns as rows: keys of K, queries of Q or dO): plain
+// ldmatrix. Registers 0, 1: chunk n0; 2, 3: chunk n0 + 8.
+TESSERA_DEVICE const Bf16Bits* BFragmentRowsAsColumns(const Bf16Bits* tile, int ld, int n0, int k0,
+                                                      int lane) {
+  return tile + (n0 + lane % 8 + 8 * (lane / 16)) * ld + k0 + 8 * ((lane / 8) % 2);
+}
+// For B fragments of two 8-column chunks when B[k][n] = tile[k][n] (V or dO or K by rows of
+// keys/queries): ldmatrix .trans. Registers 0, 1: chunk n0; 2, 3: chunk n0 + 8.
+TESSERA_DEVICE const Bf16Bits* BFragmentRows(const Bf16Bits* tile, int ld, int k0, int n0,
+                                             int lane) {
+  return tile + (k0 + lane % 8 + 8 * ((lane / 8) % 2)) * ld + n0 + 8 * (lane / 16);
+}
+// The A fragments of a product whose left operand is an accumulator tile just computed: the
+// 16x16 block kk of a (16, 8 * chunks) accumulator (chunks 2kk and 2kk + 1), as bf16.
+TESSERA_DEVICE void AccumulatorToA(uint32_t a[4], const float (&lo)[4], const float (&hi)[4]) {
+  a[0] = warp::PackBf16x2(lo[0], lo[1]);
+  a[1] = warp::PackBf16x2(lo[2], lo[3]);
+  a[2] = warp::PackBf16x2(hi[0], hi[1]);
+  a[3] = warp::PackBf16x2(hi[2], hi[3]);
+}
+// acc (16, 8 * N) += A (16, HS) as fragments a[HS / 16] x B, where B's (HS, 8 * N) chunks are
+// rows of `tile` (see BFragmentRowsAsColumns): n-chunk pairs from column n0.
+template <int HS, int N>
+TESSERA_DEVICE void MmaRowsAsColumns(float (&acc)[N][4], const uint32_t (&a)[HS / 16][4],
+                                     const Bf16Bits* tile, int lane) {
+  for (int nn = 0; nn < N / 2; nn++) {
+    for (int kk = 0; kk < HS / 16; kk++) {
+      uint32_t b[4];
+      warp::LdMatrixX4(b, BFragmentRowsAsColumns(tile, LdHead<HS>(), nn * 16, kk * 16, lane));
+      warp::Mma16816(acc[2 * nn], a[kk], b);
+      warp::Mma16816(acc[2 * nn + 1], a[kk], b + 2);
+    }
+  }
+}
+// acc (16, HS) += A (16, 64) x tile rows [0, 64) (64, HS), A given as 16x16 blocks a[4].
+template <int HS>
+TESSERA_DEVICE void MmaTimesRows(float (&acc)[HS / 8][4], const uint32_t (&a)[4][4],
+                                 const Bf16Bits* tile, int lane) {
+  for (int kk = 0; kk < 4; kk++) {
+    for (int nd = 0; nd < HS / 16; nd++) {
+      uint32_t b[4];
+      warp::LdMatrixX4Trans(b, BFragmentRows(tile, LdHead<HS>(), kk * 16, nd * 16, lane));
+      warp::Mma16816(acc[2 * nd], a[kk], b);
+      warp::Mma16816(acc[2 * nd + 1], a[kk], b + 2);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Forward. Grid (query blocks of kForwardQueries, B*NH), kForwardThreads threads; the heaviest
+// blocks (last queries) go first. Warp w owns query rows q0 + 16w .. +15 and holds their q as
+// A fragments; for each key tile of 64 at or below its rows: S = q k^T (16 x 64) in
+// accumulators, scale, causal mask, online softmax (base 2) on the lane's rows g and g + 8
+// (the four lanes of a row combine by shuffles), then O += P v with P straight from the
+// accumulators.
+template <int HS>
+TESSERA_KERNEL(kForwardThreads, 2)
+FlashMmaForwardKernel(Bf16Bits* out, float* lse, const Bf16Bits* inp, int T, int NH,
+                      float scale_log2) {
+  static_assert(HS == 32 || HS == 64, "head sizes 32 and 64");
+  constexpr int kLd = LdHead<HS>();
+  constexpr int kKeyChunks = kKeyTile / 8;  // 8-key accumulator chunks of S
+  constexpr size_t kTileBytes = HeadTileBytes<HS>(kKeyTile);
+  unsigned char* shared = warp::SharedMemory();
+  // Stage s: k tile at 2s, v tile at 2s + 1 (in tiles of kTileBytes); addressed by arithmetic,
+  // not arrays of pointers, which a runtime index would put in local memory.
+  auto sk = [shared](int stage) {
+    return reinterpret_cast<Bf16Bits*>(shared + 2 * stage * kTileBytes);
+  };
+  auto sv = [shared](int stage) {
+    return reinterpret_cast<Bf16Bits*>(shared + (2 * stage + 1) * kTileBytes);
+  };
+
+  const int qblock = static_cast<int>(warp::GridDimX() - 1 - warp::BlockIdxX());
+  const int bh = static_cast<int>(warp::BlockIdxY());
+  const int b = bh / NH;
+  const int h = bh % NH;
+  const int C = NH * HS;
+  const int64_t stride = 3 * static_cast<int64_t>(C);
+  const Bf16Bits* q = inp + static_cast<int64_t>(b) * T * stride + h * HS;
+  const Bf16Bits* k = q + C;
+  const Bf16Bits* v = q + 2 * C;
+  const int q0 = qblock * kForwardQueries;
+
+  const int warp_id = static_cast<int>(warp::ThreadIdx()) / warp::kWarpSize;
+  const int lane = static_cast<int>(warp::ThreadIdx()) % warp::kWarpSize;
+  const int g = lane / 4;
+  const int t = lane % 4;
+  const int r0 = q0 + 16 * warp_id;  // the warp's first query row
+  const int row[2] = {r0 + g, r0 + g + 8};
+
+  // Key tiles: the block needs those up to its last valid row, the warp those up to its own.
+  const int block_last = (q0 + kForwardQueries < T ? q0 + kForwardQueries : T) - 1;
+  const int last_tile = block_last / kKeyTile;
+  const int warp_last_tile = r0 < T ? ((r0 + 15 < T ? r0 + 15 : T - 1) / kKeyTile) : -1;
+
+  // q of the block through stage 1 (its k and v tiles are contiguous) into A fragments, while
+  // key tile 0 comes into stage 0.
+  LoadRowsAsync<HS>(sk(1), q, stride, q0, kForwardQueries, T, kForwardThreads);
+  LoadRowsAsync<HS>(sk(0), k, stride, 0, kKeyTile, T, kForwardThreads);
+  LoadRowsAsync<HS>(sv(0), v, stride, 0, kKeyTile, T, kForwardThreads);
+  warp::CpAsyncCommit();
+  warp::CpAsyncWait<0>();
+  warp::SyncThreads();
+  uint32_t qa[HS / 16][4];
+  for (int kk = 0; kk < HS / 16; kk++)
+    warp::LdMatrixX4(qa[kk], AFragmentRow(sk(1), kLd, 16 * warp_id, kk * 16, lane));
+
+  float o[HS / 8][4] = {};
+  float m[2] = {-INFINITY, -INFINITY};  // running row maxima of the scaled scores, base 2
+  float l[2] = {0.0f, 0.0f};            // this lane's share of the running row sums
+
+  for (int kt = 0; kt <= last_tile; kt++) {
+    const int k0 = kt * kKeyTile;
+    const int stage = kt % 2;
+    warp::SyncThreads();  // the other stage (the staged q, or tile kt - 1) is consumed
+    if (kt < last_tile) {
+      LoadRowsAsync<HS>(sk(1 - stage), k, stride, k0 + kKeyTile, kKeyTile, T, kForwardThreads);
+      LoadRowsAsync<HS>(sv(1 - stage), v, stride, k0 + kKeyTile, kKeyTile, T, kForwardThreads);
+    }
+    warp::CpAsyncCommit();
+    warp::CpAsyncWait<1>();  // tile kt is in (only tile kt + 1 may still be in flight)
+    warp::SyncThreads();
+    if (kt > warp_last_tile)
+      continue;  // warp-uniform: every key of the tile lies after the warp's rows
+
+    float s[kKeyChunks][4] = {};
+    MmaRowsAsColumns<HS>(s, qa, sk(stage), lane);
+
+    // Scale and mask (keys after the row; only tiles reaching past r0 have any), row maxima.
+    const bool masked = k0 + kKeyTile - 1 > r0;
+    float tile_max[2] = {-INFINITY, -INFINITY};
+    for (int j = 0; j < kKeyChunks; j++) {
+      for (int e = 0; e < 4; e++) {
+        const int key = k0 + 8 * j + 2 * t + (e & 1);
+        float x = s[j][e] * scale_log2;
+        if (masked && key > row[e / 2])
+          x = -INFINITY;
+        s[j][e] = x;
+        tile_max[e / 2] = warp::Max(tile_max[e / 2], x);
+      }
+    }
+    float alpha[2];
+    for (int i = 0; i < 2; i++) {
+      tile_max[i] = warp::Max(tile_max[i], warp::ShflXor(tile_max[i], 1));
+      tile_max[i] = warp::Max(tile_max[i], warp::ShflXor(tile_max[i], 2));
+      // Finite: key k0 <= every row of the warp (k0 and r0 are multiples of 16, k0 <= r0 + 15).
+      const float m_new = warp::Max(m[i], tile_max[i]);
+      alpha[i] = warp::Exp2(m[i] - m_new);  // 0 on the first tile (m = -inf)
+      m[i] = m_new;
+      l[i] *= alpha[i];
+    }
+    for (int j = 0; j < kKeyChunks; j++) {
+      for (int e = 0; e < 4; e++) {
+        const float p = warp::Exp2(s[j][e] - m[e / 2]);  // exp2(-inf) = 0 where masked
+        s[j][e] = p;
+        l[e / 2] += p;
+      }
+    }
+    for (int n = 0; n < HS / 8; n++) {
+      o[n][0] *= alpha[0];
+      o[n][1] *= alpha[0];
+      o[n][2] *= alpha[1];
+      o[n][3] *= alpha[1];
+    }
+
+    // O (16, HS) += P (16, 64) v (64, HS).
+    uint32_t pa[kKeyTile / 16][4];
+    for (int kk = 0; kk < kKeyTile / 16; kk++)
+      AccumulatorToA(pa[kk], s[2 * kk], s[2 * kk + 1]);
+    MmaTimesRows<HS>(o, pa, sv(stage), lane);
+  }
+
+  // Whole-row sums, then out = O / l and lse = (m + log2 l) ln 2 for the valid rows.
+  for (int i = 0; i < 2; i++) {
+    l[i] += warp::ShflXor(l[i], 1);
+    l[i] += warp::ShflXor(l[i], 2);
+  }
+  for (int i = 0; i < 2; i++) {
+    if (row[i] >= T)
+      continue;
+    const float inv = 1.0f / l[i];  // l >= 1: the row's maximum contributes exp2(0)
+    Bf16Bits* dst = out + (static_cast<int64_t>(b) * T + row[i]) * C + h * HS + 2 * t;
+    for (int n = 0; n < HS / 8; n++)
+      warp::Store32(dst + 8 * n, warp::PackBf16x2(o[n][2 * i] * inv, o[n][2 * i + 1] * inv));
+    if (t == 0)
+      lse[static_cast<int64_t>(bh) * T + row[i]] = (m[i] + warp::Log2(l[i])) * kLn2;
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Backward. Grid (key tiles of 64, B*NH), kBackwardThreads threads; the first key tiles see
+// the most queries and go first. Warp w owns keys k0 + 16w .. +15 and holds their k and v as A
+// fragments, dK and dV as accumulators. For each query tile of 64 on or after the diagonal:
+//   S^T = k q^T, P^T = exp2(S^T scale log2e - lse log2e) (masked), dV += P^T dO,
+//   dP^T = v dO^T, dS^T = P^T (dP^T - D), dK += dS^T q,
+// all on the warp's 16 keys; then dS^T goes to shared memory, and warp w computes dQ of the
+// tile's queries 16w .. +15 over all 64 keys (dS k) and adds it, scaled, to the fp32 dq_accum
+// (B,T,C) by atomics. delta (B,NH,T) = rowsum(dO * O) is computed before (flash_attention.cu).
+template <int HS>
+TESSERA_KERNEL(kBackwardThreads, 2)
+FlashMmaBackwardKernel(Bf16Bits* dinp, float* dq_accum, const Bf16Bits* dout, const Bf16Bits* inp,
+                       const float* lse, const float* delta, int T, int NH, float scale) {
+  static_assert(HS == 32 || HS == 64, "head sizes 32 and 64");
+  constexpr int kLd = LdHead<HS>();
+  constexpr int kQueryChunks = kQueryTile / 8;
+  constexpr size_t kTileBytes = HeadTileBytes<HS>(kKeyTile);
+  constexpr size_t kRowValues = Align128(sizeof(float) * kQueryTile) / sizeof(float);
+  unsigned char* shared = warp::SharedMemory();
+  Bf16Bits* const sk = reinterpret_cast<Bf16Bits*>(shared);
+  // Stage s: q tile at 1 + s, dO tile at 3 + s (in tiles of kTileBytes); lse at s, D at 2 + s
+  // (in kRowValues floats from slse0).
+  auto sq = [shared](int stage) {
+    return reinterpret_cast<Bf16Bits*>(shared + (1 + stage) * kTileBytes);
+  };
+  auto sdo = [shared](int stage) {
+    return reinterpret_cast<Bf16Bits*>(shared + (3 + stage) * kTileBytes);
+  };
+  Bf16Bits* const sds = reinterpret_cast<Bf16Bits*>(shared + 5 * kTileBytes);
+  float* const slse0 = reinterpret_cast<float*>(shared + 5 * kTileBytes +
+                                                Align128(sizeof(Bf16Bits) * kKeyTile * kLdScores));
+  auto slse = [slse0](int stage) { return slse0 + stage * kRowValues; };
+  auto sdelta = [slse0](int stage) { return slse0 + (2 + stage) * kRowValues; };
+
+  const int ktile = static_cast<int>(warp::BlockIdxX());
+  const int bh = static_cast<int>(warp::BlockIdxY());
+  const int b = bh / NH;
+  const int h = bh % NH;
+  const int C = NH * HS;
+  const int64_t stride = 3 * static_cast<int64_t>(C);
+  const int64_t row_base = static_cast<int64_t>(b) * T;  // first row of this sequence
+  const Bf16Bits* q = inp + row_base * stride + h * HS;
+  const Bf16Bits* k = q + C;
+  const Bf16Bits* v = q + 2 * C;
+  const Bf16Bits* dout_bh = dout + row_base * C + h * HS;
+  const float* lse_bh = lse + static_cast<int64_t>(bh) * T;
+  const float* delta_bh = delta + static_cast<int64_t>(bh) * T;
+  const int k0 = ktile * kKeyTile;
+  const float scale_log2 = scale * kLog2e;
+
+  const int warp_id = static_cast<int>(warp::ThreadIdx()) / warp::kWarpSize;
+  const int lane = static_cast<int>(warp::ThreadIdx()) % warp::kWarpSize;
+  const int g = lane / 4;
+  const int t = lane % 4;
+  const int key[2] = {k0 + 16 * warp_id + g, k0 + 16 * warp_id + g + 8};
+
+  // The query tiles on and after the diagonal; tile qt goes to stage (qt - first) % 2.
+  const int first_qtile = k0 / kQueryTile;
+  const int num_qtiles = (T + kQueryTile - 1) / kQueryTile;
+  auto load_query_tile = [&](int qt, int stage) {
+    const int q0 = qt * kQueryTile;
+    LoadRowsAsync<HS>(sq(stage), q, stride, q0, kQueryTile, T, kBackwardThreads);
+    LoadRowsAsync<HS>(sdo(stage), dout_bh, C, q0, kQueryTile, T, kBackwardThreads);
+    for (int i = static_cast<int>(warp::ThreadIdx()); i < kQueryTile; i += kBackwardThreads) {
+      const bool valid = q0 + i < T;
+      slse(stage)[i] = valid ? lse_bh[q0 + i] * kLog2e : 0.0f;
+      sdelta(stage)[i] = valid ? delta_bh[q0 + i] : 0.0f;
+    }
+  };
+
+  // k and v of the block (v staged through stage 1's q tile) and the first query tile; the
+  // warp's rows of k and v into A fragments.
+  LoadRowsAsync<HS>(sk, k, stride, k0, kKeyTile, T, kBackwardThreads);
+  LoadRowsAsync<HS>(sq(1), v, stride, k0, kKeyTile, T, kBackwardThreads);
+  load_query_tile(first_qtile, 0);
+  warp::CpAsyncCommit();
+  warp::CpAsyncWait<0>();
+  warp::SyncThreads();
+  uint32_t ka[HS / 16][4];
+  uint32_t va[HS / 16][4];
+  for (int kk = 0; kk < HS / 16; kk++) {
+    warp::LdMatrixX4(ka[kk], AFragmentRow(sk, kLd, 16 * warp_id, kk * 16, lane));
+    warp::LdMatrixX4(va[kk], AFragmentRow(sq(1), kLd, 16 * warp_id, kk * 16, lane));
+  }
+  float dk[HS / 8][4] = {};
+  float dv[HS / 8][4] = {};
+
+  for (int qt = first_qtile; qt < num_qtiles; qt++) {
+    const int q0 = qt * kQueryTile;
+    const int stage = (qt - first_qtile) % 2;
+    // The other stage (the staged v, or tile qt - 1) and dS^T are consumed.
+    warp::SyncThreads();
+    if (qt + 1 < num_qtiles)
+      load_query_tile(qt + 1, 1 - stage);
+    warp::CpAsyncCommit();
+    warp::CpAsyncWait<1>();  // tile qt is in (only tile qt + 1 may still be in flight)
+    warp::SyncThreads();
+    const Bf16Bits* const sq_t = sq(stage);
+    const Bf16Bits* const sdo_t = sdo(stage);
+    const float* const slse_t = slse(stage);
+    const float* const sdelta_t = sdelta(stage);
+
+    // S^T (16 keys, 64 queries) = k q^T, then P^T in place: zero where the query precedes
+    // the key or lies past T.
+    float p[kQueryChunks][4] = {};
+    MmaRowsAsColumns<HS>(p, ka, sq_t, lane);
+    for (int j = 0; j < kQueryChunks; j++) {
+      for (int e = 0; e < 4; e++) {
+        const int c = 8 * j + 2 * t + (e & 1);
+        const int query = q0 + c;
+        p[j][e] =
+            query >= key[e / 2] && query < T ? warp::Exp2(p[j][e] * scale_log2 - slse_t[c]) : 0.0f;
+      }
+    }
+    // dV (16, HS) += P^T dO.
+    uint32_t pa[kQueryTile / 16][4];
+    for (int kk = 0; kk < kQueryTile / 16; kk++)
+      AccumulatorToA(pa[kk], p[2 * kk], p[2 * kk + 1]);
+    MmaTimesRows<HS>(dv, pa, sdo_t, lane);
+
+    // dP^T (16 keys, 64 queries) = v dO^T, then dS^T = P^T (dP^T - D) in place.
+    float ds[kQueryChunks][4] = {};
+    MmaRowsAsColumns<HS>(ds, va, sdo_t, lane);
+    for (int j = 0; j < kQueryChunks; j++) {
+      for (int e = 0; e < 4; e++)
+        ds[j][e] = p[j][e] * (ds[j][e] - sdelta_t[8 * j + 2 * t + (e & 1)]);
+    }
+    // dK (16, HS) += dS^T q (the scale at the end); dS^T into shared memory for dQ.
+    uint32_t dsa[kQueryTile / 16][4];
+    for (int kk = 0; kk < kQueryTile / 16; kk++)
+      AccumulatorToA(dsa[kk], ds[2 * kk], ds[2 * kk + 1]);
+    MmaTimesRows<HS>(dk, dsa, sq_t, lane);
+    for (int j = 0; j < kQueryChunks; j++) {
+      const int c = 8 * j + 2 * t;
+      warp::Store32(sds + (16 * warp_id + g) * kLdScores + c, dsa[j / 2][(j % 2) * 2]);
+      warp::Store32(sds + (16 * warp_id + g + 8) * kLdScores + c, dsa[j / 2][(j % 2) * 2 + 1]);
+    }
+    warp::SyncThreads();  // dS^T of all 64 keys is in place
+
+    // dQ of queries q0 + 16w .. +15 (16, HS) = dS (16, 64 keys) k (64 keys, HS); dS's A
+    // fragments are ldmatrix .trans of the (keys, queries) tile.
+    float dq[HS / 8][4] = {};
+    uint32_t dqa[kKeyTile / 16][4];
+    for (int kk = 0; kk < kKeyTile / 16; kk++) {
+      const Bf16Bits* row_address = sds + (16 * kk + lane % 8 + 8 * (lane / 16)) * kLdScores +
+                                    16 * warp_id + 8 * ((lane / 8) % 2);
+      warp::LdMatrixX4Trans(dqa[kk], row_address);
+    }
+    MmaTimesRows<HS>(dq, dqa, sk, lane);
+    for (int i = 0; i < 2; i++) {
+      const int query = q0 + 16 * warp_id + g + 8 * i;
+      if (query >= T)
+        continue;
+      float* dst = dq_accum + (row_base + query) * C + h * HS + 2 * t;
+      for (int n = 0; n < HS / 8; n++)
+        warp::AtomicAdd2(dst + 8 * n, dq[n][2 * i] * scale, dq[n][2 * i + 1] * scale);
+    }
+  }
+
+  // dK (with the scale) and dV of the warp's valid keys into dinp's k and v columns.
+  for (int i = 0; i < 2; i++) {
+    if (key[i] >= T)
+      continue;
+    Bf16Bits* dst = dinp + (row_base + key[i]) * stride + C + h * HS + 2 * t;
+    for (int n = 0; n < HS / 8; n++) {
+      warp::Store32(dst + 8 * n, warp::PackBf16x2(dk[n][2 * i] * scale, dk[n][2 * i + 1] * scale));
+      warp::Store32(dst + C + 8 * n, warp::PackBf16x2(dv[n][2 * i], dv[n][2 * i + 1]));
+    }
+  }
+}
+
+}  // namespace tessera::model::cuda::flash_mma
