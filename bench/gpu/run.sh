@@ -250,10 +250,18 @@ fi
 
 # ---- 4. extras, while the budget lasts (they do not change the exit status) ---------------
 # The per-kernel profile of a Tessera step (bench/gpu/profile.sh, Nsight Compute) into
-# $out/profile/, and the CPU overlap benchmark on this machine's cores (docs/training.md).
+# $out/profile/ (and with the flash-mma attention), and the CPU overlap benchmark on this machine's cores (docs/training.md).
 if [[ "${SKIP_EXTRAS:-0}" != 1 ]] && ((deadline - SECONDS > 90)); then
   run profile "$(budget 60 20)" env OUT="$out/profile" BUNDLE="$bundle" bash "$root/bench/gpu/profile.sh" ||
     say "extras: the profile did not finish (see run.log)"
+  grep -E '^ +[0-9.]+ ms' "$stage_log" | head -12 >>"$summary"
+fi
+# The same for the mma.sync flash attention (its kernels' share of the step), into
+# $out/profile-flash-mma/.
+if [[ "${SKIP_EXTRAS:-0}" != 1 ]] && ((deadline - SECONDS > 90)); then
+  run "profile (flash-mma)" "$(budget 60 20)" env OUT="$out/profile-flash-mma" BUNDLE="$bundle" \
+    ATTENTION=flash-mma bash "$root/bench/gpu/profile.sh" ||
+    say "extras: the flash-mma profile did not finish (see run.log)"
   grep -E '^ +[0-9.]+ ms' "$stage_log" | head -12 >>"$summary"
 fi
 if [[ "${SKIP_EXTRAS:-0}" != 1 ]] && [[ -x "$(exe dp_overlap_bench)" ]]; then
