@@ -106,7 +106,7 @@ void CheckAgainstCpu(int B, int T, int NH, uint64_t seed) {
   std::vector<float> dq_accum(N * C, 0.0f);
   std::vector<Bf16Bits> dinp_bits(N * 3 * C, 0xffff);
   warp_emu::LaunchConfig backward;
-  backward.grid_x = static_cast<unsigned>((T + kKeyTile - 1) / kKeyTile);
+  backward.grid_x = static_cast<unsigned>((T + kBackwardKeys - 1) / kBackwardKeys);
   backward.grid_y = static_cast<unsigned>(B * NH);
   backward.threads = kBackwardThreads;
   backward.shared_bytes = BackwardSharedBytes<HS>();

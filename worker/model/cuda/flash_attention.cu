@@ -562,7 +562,7 @@ void LaunchMmaBackward(bf16* dinp, float* dq_accum, const bf16* dout, const bf16
   constexpr size_t bytes = flash_mma::BackwardSharedBytes<HS>();
   SetSharedBytes(flash_mma::FlashMmaBackwardKernel<HS>, bytes,
                  "flash_attention_backward shared memory");
-  const dim3 grid(Blocks(T, flash_mma::kKeyTile), static_cast<unsigned>(B * NH));
+  const dim3 grid(Blocks(T, flash_mma::kBackwardKeys), static_cast<unsigned>(B * NH));
   const float scale = 1.0f / sqrtf(static_cast<float>(HS));
   flash_mma::FlashMmaBackwardKernel<HS><<<grid, flash_mma::kBackwardThreads, bytes, stream>>>(
       Bits(dinp), dq_accum, Bits(dout), Bits(inp), lse, delta, T, NH, scale);

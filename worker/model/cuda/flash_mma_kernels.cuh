@@ -26,13 +26,14 @@ namespace tessera::model::cuda::flash_mma {
 
 using warp::Bf16Bits;
 
-constexpr int kKeyTile = 64;    // keys per shared tile (forward), per block (backward)
+constexpr int kKeyTile = 64;    // keys per shared tile (forward)
 constexpr int kQueryTile = 64;  // queries per shared tile (backward)
 constexpr int kForwardWarps = 8;
 constexpr int kForwardThreads = kForwardWarps * warp::kWarpSize;
 constexpr int kForwardQueries = 16 * kForwardWarps;  // per block: 16 rows a warp
-constexpr int kBackwardWarps = 4;
-constexpr int kBackwardThreads = kBackwardWarps * warp::kWarpSize;  // 16 keys a warp
+constexpr int kBackwardWarps = 8;
+constexpr int kBackwardThreads = kBackwardWarps * warp::kWarpSize;
+constexpr int kBackwardKeys = 16 * kBackwardWarps;  // per block: 16 keys a warp
 constexpr int kPad = 8;
 constexpr int kLdScores = kQueryTile + kPad;  // row stride of the backward's dS^T tile
 constexpr float kLog2e = 1.4426950408889634f;
@@ -58,11 +59,16 @@ TESSERA_HOST_DEVICE constexpr size_t ForwardSharedBytes() {
                 "a stage's k and v tiles are contiguous rows");
   return 4 * HeadTileBytes<HS>(kKeyTile);
 }
-// Backward: the k tile | two stages of (q tile, dO tile) | dS^T (keys, queries) | two stages of
-// (lse, D) of the query tile.
+// Backward: the block's k rows | stage 0 (q tile, dO tile) | stage 1 (q tile, dO tile) | dS^T
+// (keys, queries) | two stages of (lse, D) of the query tile. The block's v rows are staged
+// through stage 1 (its q and dO tiles are contiguous) first.
 template <int HS>
 TESSERA_HOST_DEVICE constexpr size_t BackwardSharedBytes() {
-  return 5 * HeadTileBytes<HS>(kKeyTile) + Align128(sizeof(Bf16Bits) * kKeyTile * kLdScores) +
+  static_assert(2 * kQueryTile == kBackwardKeys, "v is staged in a stage's q and dO tiles");
+  static_assert(HeadTileBytes<HS>(kQueryTile) == sizeof(Bf16Bits) * kQueryTile * LdHead<HS>(),
+                "a stage's q and dO tiles are contiguous rows");
+  return HeadTileBytes<HS>(kBackwardKeys) + 4 * HeadTileBytes<HS>(kQueryTile) +
+         Align128(sizeof(Bf16Bits) * kBackwardKeys * kLdScores) +
          4 * Align128(sizeof(float) * kQueryTile);
 }
 
@@ -125,14 +131,16 @@ TESSERA_DEVICE void MmaRowsAsColumns(float (&acc)[N][4], const uint32_t (&a)[HS 
     }
   }
 }
-// acc (16, HS) += A (16, 64) x tile rows [0, 64) (64, HS), A given as 16x16 blocks a[4].
-template <int HS>
-TESSERA_DEVICE void MmaTimesRows(float (&acc)[HS / 8][4], const uint32_t (&a)[4][4],
-                                 const Bf16Bits* tile, int lane) {
-  for (int kk = 0; kk < 4; kk++) {
-    for (int nd = 0; nd < HS / 16; nd++) {
+// acc (16, 8N) += A (16, 16K) x tile rows [0, 16K), columns [col0, col0 + 8N) of a tile with
+// rows of HS (row stride LdHead<HS>); A given as 16x16 blocks a[K].
+template <int HS, int K, int N>
+TESSERA_DEVICE void MmaTimesRows(float (&acc)[N][4], const uint32_t (&a)[K][4],
+                                 const Bf16Bits* tile, int lane, int col0 = 0) {
+  static_assert(N % 2 == 0, "column chunks come in pairs");
+  for (int kk = 0; kk < K; kk++) {
+    for (int nd = 0; nd < N / 2; nd++) {
       uint32_t b[4];
-      warp::LdMatrixX4Trans(b, BFragmentRows(tile, LdHead<HS>(), kk * 16, nd * 16, lane));
+      warp::LdMatrixX4Trans(b, BFragmentRows(tile, LdHead<HS>(), kk * 16, col0 + nd * 16, lane));
       warp::Mma16816(acc[2 * nd], a[kk], b);
       warp::Mma16816(acc[2 * nd + 1], a[kk], b + 2);
     }
@@ -282,36 +290,40 @@ FlashMmaForwardKernel(Bf16Bits* out, float* lse, const Bf16Bits* inp, int T, int
 }
 
 // ---------------------------------------------------------------------------------------
-// Backward. Grid (key tiles of 64, B*NH), kBackwardThreads threads; the first key tiles see
-// the most queries and go first. Warp w owns keys k0 + 16w .. +15 and holds their k and v as A
-// fragments, dK and dV as accumulators. For each query tile of 64 on or after the diagonal:
+// Backward. Grid (key blocks of kBackwardKeys = 128, B*NH), kBackwardThreads threads; the
+// first key blocks see the most queries and go first. Warp w owns keys k0 + 16w .. +15 and
+// holds their k and v as A fragments, dK and dV as accumulators. For each query tile of 64 on
+// or after the block's first key (double-buffered by cp.async):
 //   S^T = k q^T, P^T = exp2(S^T scale log2e - lse log2e) (masked), dV += P^T dO,
 //   dP^T = v dO^T, dS^T = P^T (dP^T - D), dK += dS^T q,
-// all on the warp's 16 keys; then dS^T goes to shared memory, and warp w computes dQ of the
-// tile's queries 16w .. +15 over all 64 keys (dS k) and adds it, scaled, to the fp32 dq_accum
-// (B,T,C) by atomics. delta (B,NH,T) = rowsum(dO * O) is computed before (flash_attention.cu).
+// all on the warp's 16 keys (a warp whose keys all follow the tile's queries only writes zeros);
+// then dS^T goes to shared memory, and warp w computes dQ of the tile's queries
+// 16 (w % 4) .. +15, head columns (w / 4) HS/2 .. +HS/2, over all 128 keys (dS k), and adds it,
+// scaled, to the fp32 dq_accum (B,T,C) by float2 atomics: 128 keys a block halve the atomics
+// of 64. delta (B,NH,T) = rowsum(dO * O) is computed before (flash_attention.cu).
 template <int HS>
-TESSERA_KERNEL(kBackwardThreads, 2)
+TESSERA_KERNEL(kBackwardThreads, 1)
 FlashMmaBackwardKernel(Bf16Bits* dinp, float* dq_accum, const Bf16Bits* dout, const Bf16Bits* inp,
                        const float* lse, const float* delta, int T, int NH, float scale) {
   static_assert(HS == 32 || HS == 64, "head sizes 32 and 64");
   constexpr int kLd = LdHead<HS>();
   constexpr int kQueryChunks = kQueryTile / 8;
-  constexpr size_t kTileBytes = HeadTileBytes<HS>(kKeyTile);
+  constexpr size_t kKeyBytes = HeadTileBytes<HS>(kBackwardKeys);
+  constexpr size_t kTileBytes = HeadTileBytes<HS>(kQueryTile);
   constexpr size_t kRowValues = Align128(sizeof(float) * kQueryTile) / sizeof(float);
   unsigned char* shared = warp::SharedMemory();
+  // k rows first; then stage s's q tile at kKeyBytes + 2s tiles, its dO tile one tile later;
+  // dS^T; lse of stage s at s, D at 2 + s (in kRowValues floats from slse0).
   Bf16Bits* const sk = reinterpret_cast<Bf16Bits*>(shared);
-  // Stage s: q tile at 1 + s, dO tile at 3 + s (in tiles of kTileBytes); lse at s, D at 2 + s
-  // (in kRowValues floats from slse0).
   auto sq = [shared](int stage) {
-    return reinterpret_cast<Bf16Bits*>(shared + (1 + stage) * kTileBytes);
+    return reinterpret_cast<Bf16Bits*>(shared + kKeyBytes + 2 * stage * kTileBytes);
   };
   auto sdo = [shared](int stage) {
-    return reinterpret_cast<Bf16Bits*>(shared + (3 + stage) * kTileBytes);
+    return reinterpret_cast<Bf16Bits*>(shared + kKeyBytes + (2 * stage + 1) * kTileBytes);
   };
-  Bf16Bits* const sds = reinterpret_cast<Bf16Bits*>(shared + 5 * kTileBytes);
-  float* const slse0 = reinterpret_cast<float*>(shared + 5 * kTileBytes +
-                                                Align128(sizeof(Bf16Bits) * kKeyTile * kLdScores));
+  Bf16Bits* const sds = reinterpret_cast<Bf16Bits*>(shared + kKeyBytes + 4 * kTileBytes);
+  float* const slse0 = reinterpret_cast<float*>(
+      shared + kKeyBytes + 4 * kTileBytes + Align128(sizeof(Bf16Bits) * kBackwardKeys * kLdScores));
   auto slse = [slse0](int stage) { return slse0 + stage * kRowValues; };
   auto sdelta = [slse0](int stage) { return slse0 + (2 + stage) * kRowValues; };
 
@@ -328,7 +340,7 @@ FlashMmaBackwardKernel(Bf16Bits* dinp, float* dq_accum, const Bf16Bits* dout, co
   const Bf16Bits* dout_bh = dout + row_base * C + h * HS;
   const float* lse_bh = lse + static_cast<int64_t>(bh) * T;
   const float* delta_bh = delta + static_cast<int64_t>(bh) * T;
-  const int k0 = ktile * kKeyTile;
+  const int k0 = ktile * kBackwardKeys;
   const float scale_log2 = scale * kLog2e;
 
   const int warp_id = static_cast<int>(warp::ThreadIdx()) / warp::kWarpSize;
@@ -351,10 +363,10 @@ FlashMmaBackwardKernel(Bf16Bits* dinp, float* dq_accum, const Bf16Bits* dout, co
     }
   };
 
-  // k and v of the block (v staged through stage 1's q tile) and the first query tile; the
-  // warp's rows of k and v into A fragments.
-  LoadRowsAsync<HS>(sk, k, stride, k0, kKeyTile, T, kBackwardThreads);
-  LoadRowsAsync<HS>(sq(1), v, stride, k0, kKeyTile, T, kBackwardThreads);
+  // k and v of the block (v staged through stage 1) and the first query tile; the warp's rows
+  // of k and v into A fragments.
+  LoadRowsAsync<HS>(sk, k, stride, k0, kBackwardKeys, T, kBackwardThreads);
+  LoadRowsAsync<HS>(sq(1), v, stride, k0, kBackwardKeys, T, kBackwardThreads);
   load_query_tile(first_qtile, 0);
   warp::CpAsyncCommit();
   warp::CpAsyncWait<0>();
@@ -382,60 +394,72 @@ FlashMmaBackwardKernel(Bf16Bits* dinp, float* dq_accum, const Bf16Bits* dout, co
     const Bf16Bits* const sdo_t = sdo(stage);
     const float* const slse_t = slse(stage);
     const float* const sdelta_t = sdelta(stage);
+    Bf16Bits* const sds_warp = sds + 16 * warp_id * kLdScores;
 
-    // S^T (16 keys, 64 queries) = k q^T, then P^T in place: zero where the query precedes
-    // the key or lies past T.
-    float p[kQueryChunks][4] = {};
-    MmaRowsAsColumns<HS>(p, ka, sq_t, lane);
-    for (int j = 0; j < kQueryChunks; j++) {
-      for (int e = 0; e < 4; e++) {
-        const int c = 8 * j + 2 * t + (e & 1);
-        const int query = q0 + c;
-        p[j][e] =
-            query >= key[e / 2] && query < T ? warp::Exp2(p[j][e] * scale_log2 - slse_t[c]) : 0.0f;
+    if (k0 + 16 * warp_id > q0 + kQueryTile - 1) {
+      // Every key of the warp follows every query of the tile: dS^T is zero (warp-uniform).
+      for (int j = 0; j < kQueryChunks; j++) {
+        warp::Store32(sds_warp + g * kLdScores + 8 * j + 2 * t, 0);
+        warp::Store32(sds_warp + (g + 8) * kLdScores + 8 * j + 2 * t, 0);
+      }
+    } else {
+      // S^T (16 keys, 64 queries) = k q^T, then P^T in place: zero where the query precedes
+      // the key or lies past T.
+      float p[kQueryChunks][4] = {};
+      MmaRowsAsColumns<HS>(p, ka, sq_t, lane);
+      for (int j = 0; j < kQueryChunks; j++) {
+        for (int e = 0; e < 4; e++) {
+          const int c = 8 * j + 2 * t + (e & 1);
+          const int query = q0 + c;
+          p[j][e] = query >= key[e / 2] && query < T ? warp::Exp2(p[j][e] * scale_log2 - slse_t[c])
+                                                     : 0.0f;
+        }
+      }
+      // dV (16, HS) += P^T dO.
+      uint32_t pa[kQueryTile / 16][4];
+      for (int kk = 0; kk < kQueryTile / 16; kk++)
+        AccumulatorToA(pa[kk], p[2 * kk], p[2 * kk + 1]);
+      MmaTimesRows<HS>(dv, pa, sdo_t, lane);
+
+      // dP^T (16 keys, 64 queries) = v dO^T, then dS^T = P^T (dP^T - D) in place.
+      float ds[kQueryChunks][4] = {};
+      MmaRowsAsColumns<HS>(ds, va, sdo_t, lane);
+      for (int j = 0; j < kQueryChunks; j++) {
+        for (int e = 0; e < 4; e++)
+          ds[j][e] = p[j][e] * (ds[j][e] - sdelta_t[8 * j + 2 * t + (e & 1)]);
+      }
+      // dK (16, HS) += dS^T q (the scale at the end); dS^T into shared memory for dQ.
+      uint32_t dsa[kQueryTile / 16][4];
+      for (int kk = 0; kk < kQueryTile / 16; kk++)
+        AccumulatorToA(dsa[kk], ds[2 * kk], ds[2 * kk + 1]);
+      MmaTimesRows<HS>(dk, dsa, sq_t, lane);
+      for (int j = 0; j < kQueryChunks; j++) {
+        const int c = 8 * j + 2 * t;
+        warp::Store32(sds_warp + g * kLdScores + c, dsa[j / 2][(j % 2) * 2]);
+        warp::Store32(sds_warp + (g + 8) * kLdScores + c, dsa[j / 2][(j % 2) * 2 + 1]);
       }
     }
-    // dV (16, HS) += P^T dO.
-    uint32_t pa[kQueryTile / 16][4];
-    for (int kk = 0; kk < kQueryTile / 16; kk++)
-      AccumulatorToA(pa[kk], p[2 * kk], p[2 * kk + 1]);
-    MmaTimesRows<HS>(dv, pa, sdo_t, lane);
+    warp::SyncThreads();  // dS^T of all 128 keys is in place
 
-    // dP^T (16 keys, 64 queries) = v dO^T, then dS^T = P^T (dP^T - D) in place.
-    float ds[kQueryChunks][4] = {};
-    MmaRowsAsColumns<HS>(ds, va, sdo_t, lane);
-    for (int j = 0; j < kQueryChunks; j++) {
-      for (int e = 0; e < 4; e++)
-        ds[j][e] = p[j][e] * (ds[j][e] - sdelta_t[8 * j + 2 * t + (e & 1)]);
-    }
-    // dK (16, HS) += dS^T q (the scale at the end); dS^T into shared memory for dQ.
-    uint32_t dsa[kQueryTile / 16][4];
-    for (int kk = 0; kk < kQueryTile / 16; kk++)
-      AccumulatorToA(dsa[kk], ds[2 * kk], ds[2 * kk + 1]);
-    MmaTimesRows<HS>(dk, dsa, sq_t, lane);
-    for (int j = 0; j < kQueryChunks; j++) {
-      const int c = 8 * j + 2 * t;
-      warp::Store32(sds + (16 * warp_id + g) * kLdScores + c, dsa[j / 2][(j % 2) * 2]);
-      warp::Store32(sds + (16 * warp_id + g + 8) * kLdScores + c, dsa[j / 2][(j % 2) * 2 + 1]);
-    }
-    warp::SyncThreads();  // dS^T of all 64 keys is in place
-
-    // dQ of queries q0 + 16w .. +15 (16, HS) = dS (16, 64 keys) k (64 keys, HS); dS's A
-    // fragments are ldmatrix .trans of the (keys, queries) tile.
-    float dq[HS / 8][4] = {};
-    uint32_t dqa[kKeyTile / 16][4];
-    for (int kk = 0; kk < kKeyTile / 16; kk++) {
-      const Bf16Bits* row_address = sds + (16 * kk + lane % 8 + 8 * (lane / 16)) * kLdScores +
-                                    16 * warp_id + 8 * ((lane / 8) % 2);
+    // dQ of queries q0 + 16 (w % 4) .. +15, head columns (w / 4) HS/2 .. +HS/2 = dS (16, 128
+    // keys) k (128 keys, HS/2); dS's A fragments are ldmatrix .trans of the (keys, queries)
+    // tile.
+    const int q_slice = 16 * (warp_id % 4);
+    const int d_half = (warp_id / 4) * (HS / 2);
+    float dq[HS / 16][4] = {};
+    uint32_t dqa[kBackwardKeys / 16][4];
+    for (int kk = 0; kk < kBackwardKeys / 16; kk++) {
+      const Bf16Bits* row_address =
+          sds + (16 * kk + lane % 8 + 8 * (lane / 16)) * kLdScores + q_slice + 8 * ((lane / 8) % 2);
       warp::LdMatrixX4Trans(dqa[kk], row_address);
     }
-    MmaTimesRows<HS>(dq, dqa, sk, lane);
+    MmaTimesRows<HS>(dq, dqa, sk, lane, d_half);
     for (int i = 0; i < 2; i++) {
-      const int query = q0 + 16 * warp_id + g + 8 * i;
+      const int query = q0 + q_slice + g + 8 * i;
       if (query >= T)
         continue;
-      float* dst = dq_accum + (row_base + query) * C + h * HS + 2 * t;
-      for (int n = 0; n < HS / 8; n++)
+      float* dst = dq_accum + (row_base + query) * C + h * HS + d_half + 2 * t;
+      for (int n = 0; n < HS / 16; n++)
         warp::AtomicAdd2(dst + 8 * n, dq[n][2 * i] * scale, dq[n][2 * i + 1] * scale);
     }
   }
