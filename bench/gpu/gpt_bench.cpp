@@ -43,8 +43,20 @@ int Run(int argc, char** argv) {
   app.add_option("--attention", attention,
                  "attention kernels: matmul (cuBLASLt), flash (fused, wmma) or flash-mma (fused, "
                  "mma.sync)")
-      ->check(CLI::IsMember({"matmul", "flash", "flash-mma"}));
-  CLI11_PARSE(app, argc, argv);
+      ->check(CLI::Validator(
+          [](const std::string& name) {
+            tessera::model::GpuAttention unused;
+            return tessera::model::ParseGpuAttention(name, &unused)
+                       ? std::string()
+                       : std::string("use ") + tessera::model::kGpuAttentionNames;
+          },
+          "ATTENTION"));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);  // prints the message or the help
+    return code == 0 ? 0 : 2;
+  }
   if (preset != "none" && !tessera::model::GptPreset(preset, &config)) {
     std::fprintf(stderr, "gpt_bench: unknown --preset %s\n", preset.c_str());
     return 2;
@@ -68,9 +80,7 @@ int Run(int argc, char** argv) {
 
   std::string error;
   tessera::model::GptCudaOptions options;
-  options.attention = attention == "flash"       ? tessera::model::GpuAttention::kFlash
-                      : attention == "flash-mma" ? tessera::model::GpuAttention::kFlashMma
-                                                 : tessera::model::GpuAttention::kMatmul;
+  tessera::model::ParseGpuAttention(attention, &options.attention);  // checked by CLI11
   auto model = tessera::model::CreateGptCuda(config, options, &error);
   if (model == nullptr) {
     std::fprintf(stderr, "gpt_bench: cannot create the CUDA model: %s\n", error.c_str());

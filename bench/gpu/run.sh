@@ -17,8 +17,8 @@
 # summary.txt. Exit status: 0 all passed; 1 a test or a benchmark failed (the ratio line is
 # still printed when both benchmarks ran); 2 no binaries; 3 no GPU.
 #
-# Environment: ATTENTIONS ("matmul flash flash-mma": gpt_bench's --attention values to time, the first
-# for the ratio), BATCH (16), STEPS (20), WARMUP (3), PEAK_TFLOPS (989, dense bf16 of an
+# Environment: ATTENTIONS ("matmul flash flash-mma": gpt_bench's --attention values to time,
+# the first for the ratio), BATCH (16), STEPS (20), WARMUP (3), PEAK_TFLOPS (989, dense bf16 of an
 # H100/H200 SXM), BUDGET_S (470: the whole run's deadline), BUNDLE (path of the bundle),
 # BIN_DIR (use these binaries instead), PYTHON (python3), JOBS (nproc), SKIP_TESTS=1,
 # SKIP_TORCH=1, SKIP_EXTRAS=1 (no profile, no CPU overlap benchmark), FORCE_GPU_NAME (skip the
@@ -250,7 +250,8 @@ fi
 
 # ---- 4. extras, while the budget lasts (they do not change the exit status) ---------------
 # The per-kernel profile of a Tessera step (bench/gpu/profile.sh, Nsight Compute) into
-# $out/profile/ (and with the flash-mma attention), and the CPU overlap benchmark on this machine's cores (docs/training.md).
+# $out/profile/ (and with the flash-mma attention), and the CPU overlap benchmark on this
+# machine's cores (docs/training.md).
 if [[ "${SKIP_EXTRAS:-0}" != 1 ]] && ((deadline - SECONDS > 90)); then
   run profile "$(budget 60 20)" env OUT="$out/profile" BUNDLE="$bundle" bash "$root/bench/gpu/profile.sh" ||
     say "extras: the profile did not finish (see run.log)"

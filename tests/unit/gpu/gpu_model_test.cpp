@@ -120,28 +120,39 @@ TEST(GpuModel, ForwardAndBackwardMatchTheCpuModel) {
   CheckForwardAndBackwardAgainstCpu(SmallConfig(), GptCudaOptions{}, 4);
 }
 
-// The fused attention needs head size 32 or 64: two heads of 32, and 80 positions (a full
-// 64-row tile and a partial one).
-TEST(GpuModel, ForwardAndBackwardWithFlashAttentionMatchTheCpuModel) {
-  TESSERA_SKIP_WITHOUT_GPU();
+// The fused attentions need head size 32 or 64: two heads of 32, and 80 positions (wmma: a
+// full 64-row tile and a partial one; mma.sync: one forward block of 128 queries, partly past T).
+void CheckFusedAttentionAgainstCpu(GpuAttention attention) {
   GptConfig config = SmallConfig();
   config.heads = 2;
   config.seq_len = 80;
   GptCudaOptions options;
-  options.attention = GpuAttention::kFlash;
+  options.attention = attention;
   CheckForwardAndBackwardAgainstCpu(config, options, 2);
 }
 
-// The same with the mma.sync kernels (80 positions: one forward block of 128 queries, partly
-// past T).
+TEST(GpuModel, ForwardAndBackwardWithFlashAttentionMatchTheCpuModel) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  CheckFusedAttentionAgainstCpu(GpuAttention::kFlash);
+}
+
 TEST(GpuModel, ForwardAndBackwardWithFlashMmaAttentionMatchTheCpuModel) {
   TESSERA_SKIP_WITHOUT_GPU();
-  GptConfig config = SmallConfig();
-  config.heads = 2;
-  config.seq_len = 80;
-  GptCudaOptions options;
-  options.attention = GpuAttention::kFlashMma;
-  CheckForwardAndBackwardAgainstCpu(config, options, 2);
+  CheckFusedAttentionAgainstCpu(GpuAttention::kFlashMma);
+}
+
+// The names TESSERA_ATTENTION and gpt_bench --attention take (no GPU needed).
+TEST(GpuModel, AttentionNamesParse) {
+  GpuAttention attention = GpuAttention::kFlash;
+  ASSERT_TRUE(ParseGpuAttention("matmul", &attention));
+  EXPECT_EQ(attention, GpuAttention::kMatmul);
+  ASSERT_TRUE(ParseGpuAttention("flash", &attention));
+  EXPECT_EQ(attention, GpuAttention::kFlash);
+  ASSERT_TRUE(ParseGpuAttention("flash-mma", &attention));
+  EXPECT_EQ(attention, GpuAttention::kFlashMma);
+  EXPECT_FALSE(ParseGpuAttention("fused", &attention));
+  EXPECT_FALSE(ParseGpuAttention("", &attention));
+  EXPECT_EQ(attention, GpuAttention::kFlashMma);  // unchanged by a refused name
 }
 
 // TESSERA_ATTENTION overrides GptCudaOptions::attention; a value that names no attention is

@@ -304,16 +304,9 @@ std::unique_ptr<GptCuda> CreateGptCuda(const GptConfig& config, const GptCudaOpt
     return fail(invalid);
   GpuAttention attention = options.attention;
   if (const char* env = std::getenv("TESSERA_ATTENTION"); env != nullptr) {
-    const std::string value = env;
-    if (value == "flash") {
-      attention = GpuAttention::kFlash;
-    } else if (value == "flash-mma") {
-      attention = GpuAttention::kFlashMma;
-    } else if (value == "matmul") {
-      attention = GpuAttention::kMatmul;
-    } else {
-      return fail("TESSERA_ATTENTION=" + value +
-                  " is not an attention: use matmul, flash or flash-mma");
+    if (!ParseGpuAttention(env, &attention)) {
+      return fail(std::string("TESSERA_ATTENTION=") + env + " is not an attention: use " +
+                  kGpuAttentionNames);
     }
   }
   const int head_size = config.d_model / config.heads;

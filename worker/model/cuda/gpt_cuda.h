@@ -12,6 +12,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "worker/model/gpt.h"
 
@@ -23,6 +24,21 @@ namespace tessera::model {
 // memory, head sizes 32 and 64 only. kFlashMma: the same on mma.sync kernels that keep scores in
 // registers (flash_mma_kernels.cuh). Neither is the default until measured faster (docs/gpu.md).
 enum class GpuAttention { kMatmul, kFlash, kFlashMma };
+
+// The attentions' names, as TESSERA_ATTENTION and gpt_bench --attention spell them.
+inline constexpr const char* kGpuAttentionNames = "matmul, flash or flash-mma";
+// Sets *attention from its name ("matmul", "flash", "flash-mma"); false for any other name.
+inline bool ParseGpuAttention(std::string_view name, GpuAttention* attention) {
+  if (name == "matmul")
+    *attention = GpuAttention::kMatmul;
+  else if (name == "flash")
+    *attention = GpuAttention::kFlash;
+  else if (name == "flash-mma")
+    *attention = GpuAttention::kFlashMma;
+  else
+    return false;
+  return true;
+}
 
 struct GptCudaOptions {
   int device = 0;  // CUDA device ordinal; the model makes it current in every call

@@ -114,12 +114,7 @@ TESSERA_DEVICE void AtomicAdd2(float* address, float value0, float value1) {
   warp_emu::AtomicAdd(address, value0);
   warp_emu::AtomicAdd(address + 1, value1);
 }
-// 16 bytes from src to dst, both 16-byte aligned.
-TESSERA_DEVICE void Copy16(void* dst, const void* src) {
-  CheckAligned(dst, 16, "Copy16 destination");
-  CheckAligned(src, 16, "Copy16 source");
-  std::memcpy(dst, src, 16);
-}
+// 16 zero bytes at dst (16-byte aligned).
 TESSERA_DEVICE void Zero16(void* dst) {
   CheckAligned(dst, 16, "Zero16");
   std::memset(dst, 0, 16);
@@ -222,9 +217,6 @@ TESSERA_DEVICE void AtomicAdd2(float* address, float value0, float value1) {
   atomicAdd(address, value0);
   atomicAdd(address + 1, value1);
 #endif
-}
-TESSERA_DEVICE void Copy16(void* dst, const void* src) {
-  *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
 }
 TESSERA_DEVICE void Zero16(void* dst) {
   *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
