@@ -24,7 +24,8 @@ targets=(gpu_model_test gpu_smoke_test comm_nccl_test train_test gpt_bench tesse
 if [[ ! -f "$build/CMakeCache.txt" ]]; then
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 fi
-if ! cmake -N -LA "$build" 2>/dev/null | grep -q '^CMAKE_CUDA_COMPILER:[A-Z]*=.*nvcc'; then
+# (grep reads the whole listing: with -q it may exit first, and pipefail would see cmake's SIGPIPE)
+if ! cmake -N -LA "$build" 2>/dev/null | grep '^CMAKE_CUDA_COMPILER:[A-Z]*=.*nvcc' >/dev/null; then
   echo "bundle.sh: $build was configured without a CUDA compiler; run scripts/setup.sh (it installs the CUDA wheels into .deps/cuda) and configure again" >&2
   exit 2
 fi

@@ -1,8 +1,10 @@
 // gpt_bench: Tessera's side of bench/gpu/run.sh. Trains the GPT on one CUDA device (bf16,
 // AdamW) on random tokens and prints one line:
-//   tessera tokens_per_s=... step_ms=... mfu=... loss_first=... loss_last=... ... attention=...
-// --attention matmul|flash|flash-mma (default matmul) picks the attention kernels (GptCudaOptions;
-// TESSERA_ATTENTION in the environment overrides it, and the line shows the flag's value).
+//   tessera tokens_per_s=... step_ms=... mfu=... ... attention=... gelu_fusion=... gemm_tune=...
+// --attention matmul|flash|flash-mma (default matmul) picks the attention kernels,
+// --gelu-fusion moves the MLP's GELU into cuBLASLt epilogues, --gemm-tune N times N cuBLASLt
+// candidates per product shape (GptCudaOptions; TESSERA_ATTENTION, TESSERA_GELU_FUSION and
+// TESSERA_GEMM_TUNE in the environment override them, and the line shows the flags' values).
 // MFU counts the model's FLOPs as nanoGPT does: 6 (P - wpe) + 12 L C T per token (forward
 // and backward, attention included), against --peak-tflops (H100/H200 SXM dense bf16: 989).
 // Exit status: 0, 2 for a bad flag, 3 when no CUDA device or model can be had.
@@ -30,6 +32,8 @@ int Run(int argc, char** argv) {
   int batch = 16, steps = 20, warmup = 3;
   double peak_tflops = 989.0;
   std::string attention = "matmul";
+  bool gelu_fusion = false;
+  int gemm_tune = 1;
   app.add_option("--preset", preset, "model preset (gpt2-124m, ...); 'none' for the flags below");
   app.add_option("--layers", layers, "override: layers");
   app.add_option("--d-model", d_model, "override: dModel");
@@ -51,6 +55,12 @@ int Run(int argc, char** argv) {
                        : std::string("use ") + tessera::model::kGpuAttentionNames;
           },
           "ATTENTION"));
+  app.add_flag("--gelu-fusion", gelu_fusion,
+               "the MLP's GELU in the epilogues of its cuBLASLt products");
+  app.add_option("--gemm-tune", gemm_tune,
+                 "time this many cuBLASLt candidates per product shape and keep the fastest "
+                 "(1: the heuristics' first)")
+      ->check(CLI::Range(1, 16));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -81,6 +91,8 @@ int Run(int argc, char** argv) {
   std::string error;
   tessera::model::GptCudaOptions options;
   tessera::model::ParseGpuAttention(attention, &options.attention);  // checked by CLI11
+  options.gelu_fusion = gelu_fusion;
+  options.gemm_tune = gemm_tune;
   auto model = tessera::model::CreateGptCuda(config, options, &error);
   if (model == nullptr) {
     std::fprintf(stderr, "gpt_bench: cannot create the CUDA model: %s\n", error.c_str());
@@ -149,10 +161,10 @@ int Run(int argc, char** argv) {
   std::printf(
       "tessera tokens_per_s=%.1f step_ms=%.2f mfu=%.4f batch=%d seq_len=%d params=%lld "
       "activation_gib=%.2f loss_first=%.4f loss_last=%.4f grad_norm=%.4f forward_ms=%.2f "
-      "backward_ms=%.2f optimizer_ms=%.2f attention=%s\n",
+      "backward_ms=%.2f optimizer_ms=%.2f attention=%s gelu_fusion=%d gemm_tune=%d\n",
       tokens_per_s, 1e3 * timed / steps, mfu, B, T, static_cast<long long>(P),
       static_cast<double>(model->activation_bytes()) / (1 << 30), first, last, model->GradNorm(),
-      phase_ms[0], phase_ms[1], phase_ms[2], attention.c_str());
+      phase_ms[0], phase_ms[1], phase_ms[2], attention.c_str(), gelu_fusion ? 1 : 0, gemm_tune);
   return std::isfinite(last) ? 0 : 1;
 }
 

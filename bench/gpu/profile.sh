@@ -5,7 +5,7 @@
 # by phase: every kernel runs three times) and writes $OUT/kernels.csv (ncu's per-kernel
 # summary: launches and mean duration), then prints the kernels sorted by total time.
 # Environment: BUNDLE (build-gpu/bundle/tessera-gpu.tar.gz), BATCH (16), ATTENTION (matmul),
-# NCU (ncu on PATH, else the newest under /opt/nvidia/nsight-compute).
+# BENCH_ARGS (more gpt_bench flags, e.g. "--attention flash-mma --gelu-fusion"), NCU (ncu on PATH, else the newest under /opt/nvidia/nsight-compute).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 out=${OUT:-$root/bench/results/profile-$(date -u +%Y%m%dT%H%M%SZ)}
@@ -26,6 +26,8 @@ done
 export LD_LIBRARY_PATH=$unpack/lib${machine:+:$machine}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 bench=("$unpack/bin/gpt_bench" --preset gpt2-124m --batch "${BATCH:-16}" --steps 1 --warmup 1)
 [[ -n "${ATTENTION:-}" ]] && bench+=(--attention "$ATTENTION")
+read -r -a bench_args <<<"${BENCH_ARGS:-}"
+bench+=("${bench_args[@]}")
 "${bench[@]}" | tee "$out/bench.txt"
 per_step=$("$ncu" --clock-control none --metrics gpu__time_duration.sum --csv --print-summary \
   per-kernel --target-processes all "${bench[@]}" 2>"$out/ncu.err" | tee "$out/kernels.csv" | wc -l)

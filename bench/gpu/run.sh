@@ -17,8 +17,9 @@
 # summary.txt. Exit status: 0 all passed; 1 a test or a benchmark failed (the ratio line is
 # still printed when both benchmarks ran); 2 no binaries; 3 no GPU.
 #
-# Environment: ATTENTIONS ("matmul flash flash-mma": gpt_bench's --attention values to time,
-# the first for the ratio), BATCH (16), STEPS (20), WARMUP (3), PEAK_TFLOPS (989, dense bf16 of an
+# Environment: VARIANTS ("matmul flash flash-mma flash-mma+gelu flash-mma+gelu+tune": the
+# configurations to time, an attention and optional +gelu / +tune each, the first for the
+# ratio; ATTENTIONS, its older name, is read when VARIANTS is unset), BATCH (16), STEPS (20), WARMUP (3), PEAK_TFLOPS (989, dense bf16 of an
 # H100/H200 SXM), BUDGET_S (470: the whole run's deadline), BUNDLE (path of the bundle),
 # BIN_DIR (use these binaries instead), PYTHON (python3), JOBS (nproc), SKIP_TESTS=1,
 # SKIP_TORCH=1, SKIP_EXTRAS=1 (no profile, no CPU overlap benchmark), FORCE_GPU_NAME (skip the
@@ -222,23 +223,48 @@ common=(--batch "$batch" --steps "$steps" --warmup "$warmup" --peak-tflops "$pea
 t_line=""
 t_lines=()
 p_line=""
-# Tessera once per attention kernel in $ATTENTIONS when gpt_bench has --attention (else once,
-# with its default); the ratio is taken from the first that ran.
+# Tessera once per variant in $VARIANTS: an attention (gpt_bench --attention), then "+gelu"
+# (--gelu-fusion) and "+tune" (--gemm-tune 8) as wanted. The ratio line is the first variant's;
+# the fastest is profiled below. A bundle whose gpt_bench lacks the flags runs once, as it is.
 variants=("")
-if "$(exe gpt_bench)" --help 2>&1 | grep -q -- '--attention'; then
+t_names=()
+best_args=()
+best_tps=0
+bench_help=$("$(exe gpt_bench)" --help 2>&1)
+if grep -q -- '--gelu-fusion' <<<"$bench_help"; then
+  read -r -a variants <<<"${VARIANTS:-${ATTENTIONS:-matmul flash flash-mma flash-mma+gelu flash-mma+gelu+tune}}"
+elif grep -q -- '--attention' <<<"$bench_help"; then
   read -r -a variants <<<"${ATTENTIONS:-matmul flash flash-mma}"
 fi
-for a in "${variants[@]}"; do
-  args=(--preset gpt2-124m "${common[@]}")
-  [[ -n "$a" ]] && args+=(--attention "$a")
-  if run "tessera${a:+ ($a attention)}" "$(budget 60 200)" "$(exe gpt_bench)" "${args[@]}"; then
+for v in "${variants[@]}"; do
+  extra=()
+  if [[ -n "$v" ]]; then
+    IFS=+ read -r -a parts <<<"$v"
+    extra=(--attention "${parts[0]}")
+    for part in "${parts[@]:1}"; do
+      case $part in
+        gelu) extra+=(--gelu-fusion) ;;
+        tune) extra+=(--gemm-tune 8) ;;
+        *) say "bench: variant $v: unknown part '$part' (gelu, tune)"; extra=(); break ;;
+      esac
+    done
+    ((${#extra[@]} > 0)) || { failures+=("variant $v"); continue; }
+  fi
+  if run "tessera${v:+ ($v)}" "$(budget 60 200)" "$(exe gpt_bench)" --preset gpt2-124m \
+    "${common[@]}" "${extra[@]}"; then
     line=$(grep '^tessera ' "$stage_log" | tail -1)
     say "$line"
     t_lines+=("$line")
+    t_names+=("${v:-default}")
     [[ -z "$t_line" ]] && t_line=$line
+    tps=$(field tokens_per_s "$line")
+    if awk -v a="$tps" -v b="$best_tps" 'BEGIN{exit !(a > b)}'; then
+      best_tps=$tps
+      best_args=("${extra[@]}")
+    fi
   else
-    failures+=("the Tessera benchmark${a:+ ($a attention)}")
-    say "bench: Tessera${a:+ ($a attention)} FAILED: $(tail -2 "$stage_log" | tr '\n' ' ')"
+    failures+=("the Tessera benchmark${v:+ ($v)}")
+    say "bench: Tessera${v:+ ($v)} FAILED: $(tail -2 "$stage_log" | tr '\n' ' ')"
   fi
 done
 if [[ "${SKIP_TORCH:-0}" != 1 ]]; then
@@ -257,12 +283,11 @@ if [[ "${SKIP_EXTRAS:-0}" != 1 ]] && ((deadline - SECONDS > 90)); then
     say "extras: the profile did not finish (see run.log)"
   grep -E '^ +[0-9.]+ ms' "$stage_log" | head -12 >>"$summary"
 fi
-# The same for the mma.sync flash attention (its kernels' share of the step), into
-# $out/profile-flash-mma/.
-if [[ "${SKIP_EXTRAS:-0}" != 1 ]] && ((deadline - SECONDS > 90)); then
-  run "profile (flash-mma)" "$(budget 60 20)" env OUT="$out/profile-flash-mma" BUNDLE="$bundle" \
-    ATTENTION=flash-mma bash "$root/bench/gpu/profile.sh" ||
-    say "extras: the flash-mma profile did not finish (see run.log)"
+# The same for the fastest variant (its kernels' share of the step), into $out/profile-best/.
+if [[ "${SKIP_EXTRAS:-0}" != 1 ]] && ((${#best_args[@]} > 0)) && ((deadline - SECONDS > 90)); then
+  run "profile (${best_args[*]})" "$(budget 60 20)" env OUT="$out/profile-best" BUNDLE="$bundle" \
+    BENCH_ARGS="${best_args[*]}" bash "$root/bench/gpu/profile.sh" ||
+    say "extras: the profile of the fastest variant did not finish (see run.log)"
   grep -E '^ +[0-9.]+ ms' "$stage_log" | head -12 >>"$summary"
 fi
 if [[ "${SKIP_EXTRAS:-0}" != 1 ]] && [[ -x "$(exe dp_overlap_bench)" ]]; then
@@ -279,10 +304,11 @@ if ((${#failures[@]} > 0)); then
 fi
 if [[ -n "$t_line" && -n "$p_line" ]]; then
   p=$(field tokens_per_s "$p_line")
-  # Each attention's ratio (for choosing the default), then the line of the first.
-  for line in "${t_lines[@]}"; do
-    awk -v t="$(field tokens_per_s "$line")" -v p="$p" -v m="$(field mfu "$line")" -v a="$(field attention "$line")" \
-      'BEGIN{printf "attention=%s ratio=%.3f mfu=%.3f\n", a, t/p, m}' | tee -a "$log" "$summary"
+  # Each variant's ratio (for choosing the defaults), then the line of the first.
+  for i in "${!t_lines[@]}"; do
+    line=${t_lines[$i]}
+    awk -v t="$(field tokens_per_s "$line")" -v p="$p" -v m="$(field mfu "$line")" -v a="${t_names[$i]}" \
+      'BEGIN{printf "variant=%s ratio=%.3f mfu=%.3f\n", a, t/p, m}' | tee -a "$log" "$summary"
   done
   t=$(field tokens_per_s "$t_line")
   m=$(field mfu "$t_line")

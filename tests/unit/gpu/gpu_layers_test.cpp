@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <stdexcept>
 #include <vector>
 
 #include "tests/unit/gpu/gpu_test_util.h"
@@ -132,8 +133,10 @@ TEST(GpuLayers, LayerNormAtGpt2WidthAndAnUnpackedWidth) {
   CheckLayerNorm(50, 100);
 }
 
-// out = [residual +] inp @ W^T + b, and its backward, for the shapes of the model.
-void CheckMatmul(int N, int C, int OC, bool with_bias, bool with_residual) {
+// out = [residual +] inp @ W^T + b, and its backward, for the shapes of the model. With
+// tune > 1 the engine times that many cuBLASLt candidates per shape: its trial runs must not
+// disturb the outputs, the gradient accumulated onto (dweight += ...) included.
+void CheckMatmul(int N, int C, int OC, bool with_bias, bool with_residual, int tune = 1) {
   const uint64_t seed = FreshSeed();
   const std::vector<float> inp = RandomBf16(size_t(N) * C, 1.0f, seed);
   const std::vector<float> weight = RandomBf16(size_t(OC) * C, 0.05f, seed + 1);
@@ -146,7 +149,7 @@ void CheckMatmul(int N, int C, int OC, bool with_bias, bool with_residual) {
   DeviceBf16 d_inp(inp), d_w(weight), d_b(bias), d_res(residual), d_out(size_t(N) * OC);
   DeviceBf16 d_dout(dout), d_dinp(size_t(N) * C);
   DeviceArray<float> d_dw(dweight), d_db(dbias);
-  MatmulEngine mm;
+  MatmulEngine mm(tune);
   matmul_forward(mm, d_out.as<bf16>(), d_inp.as<bf16>(), d_w.as<bf16>(),
                  with_bias ? d_b.as<bf16>() : nullptr, with_residual ? d_res.as<bf16>() : nullptr,
                  N, C, OC, nullptr);
@@ -185,6 +188,84 @@ TEST(GpuLayers, MatmulProjectionWithBiasAndResidual) {
 TEST(GpuLayers, MatmulWithoutBiasOddSizes) {
   TESSERA_SKIP_WITHOUT_GPU();
   CheckMatmul(96, 72, 40, false, false);
+}
+
+TEST(GpuLayers, MatmulsWithTunedAlgorithms) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  CheckMatmul(kN, 4 * kC, kC, true, true, 8);
+  CheckMatmul(kN, kC, 3 * kC, true, false, MatmulEngine::kMaxTuneCandidates);
+}
+
+// The GELU in the product's epilogue. Forward: pre = inp @ W^T + b, out = gelu(pre). Backward
+// (the product after a GELU): dinp = gelu'(pre) * (dout @ W), on a pre-activation of its own.
+void CheckMatmulGelu(int N, int C, int OC, int tune) {
+  const uint64_t seed = FreshSeed();
+  const std::vector<float> inp = RandomBf16(size_t(N) * C, 1.0f, seed);
+  const std::vector<float> weight = RandomBf16(size_t(OC) * C, 0.1f, seed + 1);
+  const std::vector<float> bias = RandomBf16(OC, 0.5f, seed + 2);
+  const std::vector<float> dout = RandomBf16(size_t(N) * OC, 1.0f, seed + 3);
+  const std::vector<float> pre_in = RandomBf16(size_t(N) * C, 2.0f, seed + 4);
+  std::vector<float> dweight(weight.size(), 0.0f);
+
+  DeviceBf16 d_inp(inp), d_w(weight), d_b(bias), d_out(size_t(N) * OC), d_pre(size_t(N) * OC);
+  DeviceBf16 d_dout(dout), d_pre_in(pre_in), d_dinp(size_t(N) * C);
+  DeviceArray<float> d_dw(dweight);
+  MatmulEngine mm(tune);
+  matmul_gelu_forward(mm, d_out.as<bf16>(), d_pre.as<bf16>(), d_inp.as<bf16>(), d_w.as<bf16>(),
+                      d_b.as<bf16>(), N, C, OC, nullptr);
+  matmul_backward(mm, d_dinp.as<bf16>(), d_dw.get(), nullptr, d_dout.as<bf16>(), d_inp.as<bf16>(),
+                  d_w.as<bf16>(), N, C, OC, nullptr, d_pre_in.as<bf16>());
+  TESSERA_CUDA_OK(cudaDeviceSynchronize());
+
+  std::vector<float> pre(size_t(N) * OC), out(size_t(N) * OC);
+  cpu::matmul_forward(pre.data(), inp.data(), weight.data(), bias.data(), N, C, OC);
+  cpu::gelu_forward(out.data(), pre.data(), static_cast<int64_t>(pre.size()));
+  EXPECT_TRUE(RelativeErrorWithin(d_pre.ToHost(), pre, kBf16Tolerance));
+  EXPECT_TRUE(RelativeErrorWithin(d_out.ToHost(), out, kBf16Tolerance));
+  std::vector<float> product(size_t(N) * C), dinp(size_t(N) * C), dbias(OC, 0.0f);
+  cpu::matmul_backward(product.data(), dweight.data(), dbias.data(), dout.data(), inp.data(),
+                       weight.data(), N, C, OC);
+  cpu::gelu_backward(dinp.data(), pre_in.data(), product.data(),
+                     static_cast<int64_t>(product.size()));
+  EXPECT_TRUE(RelativeErrorWithin(d_dinp.ToHost(), dinp, kBf16Tolerance));
+  EXPECT_TRUE(RelativeErrorWithin(d_dw.ToHost(), dweight, kFp32Tolerance));
+}
+
+TEST(GpuLayers, MatmulWithGeluEpilogues) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  CheckMatmulGelu(kN, kC, 4 * kC, 1);  // the MLP's first product
+  CheckMatmulGelu(96, 40, 72, 1);      // rows of 72 and 40: divisible by 8, not by 16
+  CheckMatmulGelu(kN, kC, 4 * kC, 8);  // timed candidates: trial runs write scratch only
+}
+
+// What no GELU epilogue takes is refused before cuBLASLt is called.
+TEST(GpuLayers, GeluEpilogueRefusesWhatItCannotTake) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  DeviceBf16 a(64 * 64), b(64 * 64), d(64 * 64), aux(64 * 64);
+  MatmulEngine mm;
+  GemmArgs g;
+  g.m = 60;  // ldd 60: not divisible by 8
+  g.n = 64;
+  g.k = 64;
+  g.a = a.as<bf16>();
+  g.lda = 60;
+  g.b = b.as<bf16>();
+  g.ldb = 64;
+  g.d = d.as<bf16>();
+  g.ldd = 60;
+  g.gelu = GemmGelu::kForward;
+  g.gelu_aux = aux.as<bf16>();
+  EXPECT_THROW(mm.Gemm(g, nullptr), std::invalid_argument);
+  g.m = g.lda = g.ldd = 64;
+  g.gelu_aux = nullptr;
+  EXPECT_THROW(mm.Gemm(g, nullptr), std::invalid_argument);
+  g.gelu_aux = aux.as<bf16>();
+  g.gelu = GemmGelu::kBackward;
+  g.bias = a.as<bf16>();
+  EXPECT_THROW(mm.Gemm(g, nullptr), std::invalid_argument);
+  g.bias = nullptr;
+  EXPECT_NO_THROW(mm.Gemm(g, nullptr));
+  TESSERA_CUDA_OK(cudaDeviceSynchronize());
 }
 
 // T % 8 == 0 takes the packed softmax kernels, other T the general ones.

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tests/unit/gpu/gpu_test_util.h"
@@ -153,6 +154,97 @@ TEST(GpuModel, AttentionNamesParse) {
   EXPECT_FALSE(ParseGpuAttention("fused", &attention));
   EXPECT_FALSE(ParseGpuAttention("", &attention));
   EXPECT_EQ(attention, GpuAttention::kFlashMma);  // unchanged by a refused name
+}
+
+// The MLP's GELU in the cuBLASLt epilogues, alone and with every product's algorithm chosen by
+// timing 8 candidates (whose trial runs must leave the accumulated gradients untouched), on the
+// mma.sync attention: the configuration bench/gpu/run.sh times as flash-mma+gelu+tune.
+TEST(GpuModel, ForwardAndBackwardWithGeluFusionMatchTheCpuModel) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  GptCudaOptions options;
+  options.gelu_fusion = true;
+  CheckForwardAndBackwardAgainstCpu(SmallConfig(), options, 4);
+}
+
+TEST(GpuModel, ForwardAndBackwardWithTunedProductsMatchTheCpuModel) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  GptConfig config = SmallConfig();
+  config.heads = 2;
+  config.seq_len = 80;
+  GptCudaOptions options;
+  options.attention = GpuAttention::kFlashMma;
+  options.gelu_fusion = true;
+  options.gemm_tune = 8;
+  CheckForwardAndBackwardAgainstCpu(config, options, 2);
+}
+
+// The values TESSERA_GELU_FUSION and TESSERA_GEMM_TUNE take (no GPU needed).
+TEST(GpuModel, SwitchesParse) {
+  bool on = false;
+  ASSERT_TRUE(ParseGpuSwitch("1", &on));
+  EXPECT_TRUE(on);
+  ASSERT_TRUE(ParseGpuSwitch("0", &on));
+  EXPECT_FALSE(on);
+  EXPECT_FALSE(ParseGpuSwitch("yes", &on));
+  EXPECT_FALSE(ParseGpuSwitch("", &on));
+  int n = 0;
+  ASSERT_TRUE(ParseGemmTune("1", &n));
+  EXPECT_EQ(n, 1);
+  ASSERT_TRUE(ParseGemmTune("16", &n));
+  EXPECT_EQ(n, 16);
+  for (const char* bad : {"0", "17", "", "-1", "8x", "100", "+8"})
+    EXPECT_FALSE(ParseGemmTune(bad, &n)) << bad;
+  EXPECT_EQ(n, 16);  // unchanged by refused values
+}
+
+// Sets an environment variable for the scope, restoring the previous value (or its absence).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* previous = std::getenv(name);
+    had_ = previous != nullptr;
+    if (had_)
+      saved_ = previous;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_)
+      setenv(name_, saved_.c_str(), 1);
+    else
+      unsetenv(name_);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  bool had_ = false;
+  std::string saved_;
+};
+
+// Bad TESSERA_GELU_FUSION / TESSERA_GEMM_TUNE values are refused naming the variable, before
+// any device is looked for (so this runs without a GPU), and so is an out-of-range option.
+TEST(GpuModel, BadSwitchesAreRefusedNamingTheVariable) {
+  for (const auto& [name, value] :
+       {std::pair{"TESSERA_GELU_FUSION", "yes"}, std::pair{"TESSERA_GEMM_TUNE", "0"},
+        std::pair{"TESSERA_GEMM_TUNE", "many"}}) {
+    ScopedEnv env(name, value);
+    std::string error;
+    EXPECT_EQ(CreateGptCuda(SmallConfig(), GptCudaOptions{}, &error), nullptr);
+    EXPECT_NE(error.find(name), std::string::npos) << error;
+  }
+  GptCudaOptions options;
+  options.gemm_tune = 17;
+  std::string error;
+  EXPECT_EQ(CreateGptCuda(SmallConfig(), options, &error), nullptr);
+  EXPECT_NE(error.find("gemm_tune=17"), std::string::npos) << error;
+  GptConfig odd = SmallConfig();  // the epilogue needs rows of 4 * dModel % 8 == 0
+  odd.d_model = 63;
+  odd.heads = 3;
+  options = GptCudaOptions{};
+  options.gelu_fusion = true;
+  EXPECT_EQ(CreateGptCuda(odd, options, &error), nullptr);
+  EXPECT_NE(error.find("GELU fusion needs an even dModel, not 63"), std::string::npos) << error;
 }
 
 // TESSERA_ATTENTION overrides GptCudaOptions::attention; a value that names no attention is

@@ -69,6 +69,7 @@ struct GptCuda::Impl {
   GptConfig config;
   int device = 0;
   GpuAttention attention = GpuAttention::kMatmul;
+  bool gelu_fusion = false;  // GptCudaOptions::gelu_fusion
   cuda::FlashKernels flash_kernels() const {
     return attention == GpuAttention::kFlashMma ? cuda::FlashKernels::kMma
                                                 : cuda::FlashKernels::kWmma;
@@ -309,6 +310,26 @@ std::unique_ptr<GptCuda> CreateGptCuda(const GptConfig& config, const GptCudaOpt
                   kGpuAttentionNames);
     }
   }
+  bool gelu_fusion = options.gelu_fusion;
+  if (const char* env = std::getenv("TESSERA_GELU_FUSION"); env != nullptr) {
+    if (!ParseGpuSwitch(env, &gelu_fusion))
+      return fail(std::string("TESSERA_GELU_FUSION=") + env + " is not 0 or 1");
+  }
+  int gemm_tune = options.gemm_tune;
+  if (const char* env = std::getenv("TESSERA_GEMM_TUNE"); env != nullptr) {
+    if (!ParseGemmTune(env, &gemm_tune)) {
+      return fail(std::string("TESSERA_GEMM_TUNE=") + env +
+                  " is not a count of candidates from 1 to 16");
+    }
+  }
+  if (gelu_fusion && config.d_model % 2 != 0) {  // the epilogue's rows of 4 * dModel: % 8
+    return fail("GELU fusion needs an even dModel, not " + std::to_string(config.d_model) +
+                "; use TESSERA_GELU_FUSION=0");
+  }
+  if (gemm_tune < 1 || gemm_tune > cuda::MatmulEngine::kMaxTuneCandidates) {
+    return fail("GptCudaOptions::gemm_tune=" + std::to_string(gemm_tune) +
+                " is not a count of candidates from 1 to 16");
+  }
   const int head_size = config.d_model / config.heads;
   const bool fused = attention != GpuAttention::kMatmul;
   if (fused && head_size != 32 && head_size != 64) {
@@ -338,6 +359,7 @@ std::unique_ptr<GptCuda> CreateGptCuda(const GptConfig& config, const GptCudaOpt
     s.config = config;
     s.device = options.device;
     s.attention = attention;
+    s.gelu_fusion = gelu_fusion;
     s.P = GptParameterCount(config);
     s.Vp = (config.vocab + 63) / 64 * 64;
     s.tensors = GptParameterTensors(config);
@@ -348,7 +370,7 @@ std::unique_ptr<GptCuda> CreateGptCuda(const GptConfig& config, const GptCudaOpt
     }
     TESSERA_CUDA_CHECK(cudaSetDevice(s.device));
     TESSERA_CUDA_CHECK(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
-    s.mm = std::make_unique<cuda::MatmulEngine>();
+    s.mm = std::make_unique<cuda::MatmulEngine>(gemm_tune);
     const size_t bytes = static_cast<size_t>(s.P) * sizeof(float);
     TESSERA_CUDA_CHECK(cudaMalloc(&s.params, bytes));
     TESSERA_CUDA_CHECK(cudaMalloc(&s.params_bf16, static_cast<size_t>(s.P) * sizeof(bf16)));
@@ -530,8 +552,12 @@ void GptCuda::Forward(std::span<const int32_t> tokens, std::span<const int32_t> 
       cuda::attention_forward(mm, a.atty, s.qkvr, a.att, a.qkv, B, T, C, NH, st);
     cuda::matmul_forward(mm, a.residual2, a.atty, p.attprojw, p.attprojb, residual, N, C, C, st);
     cuda::layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, p.ln2w, p.ln2b, N, C, st);
-    cuda::matmul_forward(mm, a.fch, a.ln2, p.fcw, p.fcb, nullptr, N, C, 4 * C, st);
-    cuda::gelu_forward(a.fch_gelu, a.fch, static_cast<int64_t>(N) * 4 * C, st);
+    if (s.gelu_fusion) {
+      cuda::matmul_gelu_forward(mm, a.fch_gelu, a.fch, a.ln2, p.fcw, p.fcb, N, C, 4 * C, st);
+    } else {
+      cuda::matmul_forward(mm, a.fch, a.ln2, p.fcw, p.fcb, nullptr, N, C, 4 * C, st);
+      cuda::gelu_forward(a.fch_gelu, a.fch, static_cast<int64_t>(N) * 4 * C, st);
+    }
     cuda::matmul_forward(mm, a.residual3, a.fch_gelu, p.fcprojw, p.fcprojb, a.residual2, N, 4 * C,
                          C, st);
     residual = a.residual3;
@@ -650,8 +676,9 @@ void GptCuda::Backward(float loss_scale, const GpuGradientsReadyFn& on_ready) {
     const bf16* residual = l == 0 ? s.encoded : s.blocks[l - 1].residual3;
     // MLP branch: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))).
     cuda::matmul_backward(mm, s.dfch, gb.fcprojw, gb.fcprojb, dres, a.fch_gelu, p.fcprojw, N, 4 * C,
-                          C, st);
-    cuda::gelu_backward(s.dfch, a.fch, s.dfch, static_cast<int64_t>(N) * 4 * C, st);
+                          C, st, s.gelu_fusion ? a.fch : nullptr);
+    if (!s.gelu_fusion)
+      cuda::gelu_backward(s.dfch, a.fch, s.dfch, static_cast<int64_t>(N) * 4 * C, st);
     cuda::matmul_backward(mm, s.dln, gb.fcw, gb.fcb, s.dfch, a.ln2, p.fcw, N, C, 4 * C, st);
     cuda::layernorm_backward(dres, gb.ln2w, gb.ln2b, s.dln, a.residual2, p.ln2w, a.ln2_mean,
                              a.ln2_rstd, N, C, st);

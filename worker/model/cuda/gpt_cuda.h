@@ -40,10 +40,41 @@ inline bool ParseGpuAttention(std::string_view name, GpuAttention* attention) {
   return true;
 }
 
+// TESSERA_GELU_FUSION's values: "1" on, "0" off; false for any other.
+inline bool ParseGpuSwitch(std::string_view text, bool* on) {
+  if (text != "0" && text != "1")
+    return false;
+  *on = text == "1";
+  return true;
+}
+
+// TESSERA_GEMM_TUNE's values: a count of candidates from 1 to 16; false for any other text.
+inline bool ParseGemmTune(std::string_view text, int* candidates) {
+  if (text.empty() || text.size() > 2)
+    return false;
+  int n = 0;
+  for (const char c : text) {
+    if (c < '0' || c > '9')
+      return false;
+    n = n * 10 + (c - '0');
+  }
+  if (n < 1 || n > 16)
+    return false;
+  *candidates = n;
+  return true;
+}
+
 struct GptCudaOptions {
   int device = 0;  // CUDA device ordinal; the model makes it current in every call
   // Overridden by the environment variable TESSERA_ATTENTION=matmul|flash|flash-mma when set.
   GpuAttention attention = GpuAttention::kMatmul;
+  // The MLP's GELU in the epilogues of its two products (cuBLASLt GELU_AUX_BIAS forward, DGELU
+  // backward) instead of two elementwise kernels. Overridden by TESSERA_GELU_FUSION=0|1.
+  bool gelu_fusion = false;
+  // The cuBLASLt algorithm of each product shape: 1 takes the heuristics' first; n > 1 times
+  // their n best on the first step (which then waits for the device) and keeps the fastest, so
+  // two runs may differ in the last bits (cuda::MatmulEngine). Overridden by TESSERA_GEMM_TUNE=n.
+  int gemm_tune = 1;
 };
 
 // The optimizer's hyper-parameters, as worker/train/adamw.h, plus clipping by global norm.
@@ -139,8 +170,9 @@ class GptCuda {
 // Creates the device model: parameters allocated, zero, on options.device. Returns null and
 // sets *error to one line when it cannot: "built without CUDA" (a build with TESSERA_CUDA=OFF or
 // no toolkit), "no CUDA device" (none visible), an invalid configuration (ValidateGptConfig's
-// message), a TESSERA_ATTENTION other than matmul, flash or flash-mma, flash attention for a head
-// size it does not support, or the CUDA error of the allocation.
+// message), a TESSERA_ATTENTION other than matmul, flash or flash-mma, a TESSERA_GELU_FUSION other
+// than 0 or 1, a TESSERA_GEMM_TUNE other than 1..16, flash attention for a head size it does not
+// support, or the CUDA error of the allocation.
 std::unique_ptr<GptCuda> CreateGptCuda(const GptConfig& config, const GptCudaOptions& options,
                                        std::string* error);
 

@@ -776,9 +776,30 @@ void matmul_forward(MatmulEngine& mm, bf16* out, const bf16* inp, const bf16* we
   mm.Gemm(g, stream);
 }
 
+void matmul_gelu_forward(MatmulEngine& mm, bf16* out, bf16* pre, const bf16* inp,
+                         const bf16* weight, const bf16* bias, int N, int C, int OC,
+                         cudaStream_t stream) {
+  // As matmul_forward; the epilogue writes the biased product to `pre` and its GELU to `out`.
+  GemmArgs g;
+  g.trans_a = true;
+  g.m = OC;
+  g.n = N;
+  g.k = C;
+  g.a = weight;
+  g.lda = C;
+  g.b = inp;
+  g.ldb = C;
+  g.d = out;
+  g.ldd = OC;
+  g.bias = bias;
+  g.gelu = GemmGelu::kForward;
+  g.gelu_aux = pre;
+  mm.Gemm(g, stream);
+}
+
 void matmul_backward(MatmulEngine& mm, bf16* dinp, float* dweight, float* dbias, const bf16* dout,
-                     const bf16* inp, const bf16* weight, int N, int C, int OC,
-                     cudaStream_t stream) {
+                     const bf16* inp, const bf16* weight, int N, int C, int OC, cudaStream_t stream,
+                     const bf16* gelu_pre) {
   if (dinp != nullptr) {
     // dinp^T (C,N) = weight^T... column-major: (C,OC) @ dout^T (OC,N).
     GemmArgs g;
@@ -791,6 +812,10 @@ void matmul_backward(MatmulEngine& mm, bf16* dinp, float* dweight, float* dbias,
     g.ldb = OC;
     g.d = dinp;
     g.ldd = C;
+    if (gelu_pre != nullptr) {
+      g.gelu = GemmGelu::kBackward;
+      g.gelu_aux = const_cast<bf16*>(gelu_pre);  // only read by this epilogue
+    }
     mm.Gemm(g, stream);
   }
   // dweight^T (C,OC) += inp^T (C,N) @ dout (N,OC), accumulated in fp32.

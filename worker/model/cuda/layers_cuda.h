@@ -36,6 +36,12 @@ void CheckCublas(cublasStatus_t status, const char* what, const char* file, int 
 //   D (m,n) = op(A) (m,k) @ op(B) (k,n) + beta * C + bias (m, broadcast over columns)
 // A and B are bf16, accumulation fp32, D (and C) bf16 or fp32. With batch > 1 the operands
 // are `batch` matrices `stride_*` elements apart.
+//
+// A GELU (tanh approximation) in the epilogue, for the MLP, on a bf16 D of one matrix with
+// ldd % 8 == 0 and an aux matrix of D's shape and leading dimension:
+//   kForward:  aux = product + bias (the pre-activation, written), D = gelu(aux);
+//   kBackward: D = gelu'(aux) * product (aux read; no bias).
+enum class GemmGelu { kNone, kForward, kBackward };
 struct GemmArgs {
   bool trans_a = false;
   bool trans_b = false;
@@ -54,28 +60,41 @@ struct GemmArgs {
   float beta = 0.0f;
   const bf16* bias = nullptr;  // (m) bf16, D must be bf16; null: no bias epilogue
   int batch = 1;
+  GemmGelu gelu = GemmGelu::kNone;
+  bf16* gelu_aux = nullptr;  // (m,n), leading dimension ldd; see GemmGelu
 };
 
 // A cuBLASLt handle, its workspace and the algorithm chosen for each shape (heuristics run once
-// per shape and alignment, then cached).
+// per shape and alignment, then cached). With tune_candidates = 1 the algorithm is the
+// heuristics' first. With n > 1 (at most kMaxTuneCandidates) the first product of each shape
+// also times the heuristics' n best on scratch outputs (no result is disturbed) and keeps the
+// fastest: that call waits for the device, and since the choice depends on timings, two runs may
+// differ in the last bits.
 class MatmulEngine {
  public:
-  explicit MatmulEngine(size_t workspace_bytes = size_t{32} << 20);
+  static constexpr int kMaxTuneCandidates = 16;
+  explicit MatmulEngine(int tune_candidates = 1, size_t workspace_bytes = size_t{32} << 20);
   ~MatmulEngine();
   MatmulEngine(const MatmulEngine&) = delete;
   MatmulEngine& operator=(const MatmulEngine&) = delete;
 
-  // Enqueues one product on `stream`. Throws std::runtime_error when cuBLASLt has no
-  // algorithm for it.
+  // Enqueues one product on `stream`. Throws std::invalid_argument for arguments no epilogue
+  // takes, std::runtime_error when cuBLASLt has no algorithm for them.
   void Gemm(const GemmArgs& args, cudaStream_t stream);
+
+  int tune_candidates() const { return tune_candidates_; }
 
  private:
   struct Plan;
+  // Index of the fastest of `candidates` for the product `args` (timed on `stream`).
+  size_t Fastest(const Plan& plan, const GemmArgs& args,
+                 const cublasLtMatmulHeuristicResult_t* candidates, int count, cudaStream_t stream);
   using Key = std::tuple<int, int, int, int, int, int, int, int, int64_t, int64_t, int64_t, int,
                          int, int, int, int>;
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
+  int tune_candidates_ = 1;
   std::map<Key, Plan*> plans_;
 };
 
@@ -106,11 +125,18 @@ void layernorm_backward(bf16* dinp, float* dweight, float* dbias, const bf16* do
 void matmul_forward(MatmulEngine& mm, bf16* out, const bf16* inp, const bf16* weight,
                     const bf16* bias, const bf16* residual, int N, int C, int OC,
                     cudaStream_t stream);
+// The same with a GELU after it, in the product's epilogue: pre (N,OC) = inp @ weight^T + bias
+// (kept for backward), out (N,OC) = gelu(pre). OC % 8 == 0.
+void matmul_gelu_forward(MatmulEngine& mm, bf16* out, bf16* pre, const bf16* inp,
+                         const bf16* weight, const bf16* bias, int N, int C, int OC,
+                         cudaStream_t stream);
 // dinp (N,C) = dout @ weight (overwritten; skipped when null); dweight (OC,C) += dout^T @ inp
 // (fp32, accumulated by cuBLASLt); dbias (OC) += column sums of dout (fp32; skipped when null).
+// With gelu_pre (N,C), the pre-activation of a GELU whose output was inp: dinp = gelu'(gelu_pre)
+// * (dout @ weight), the GELU's backward in the product's epilogue (C % 8 == 0).
 void matmul_backward(MatmulEngine& mm, bf16* dinp, float* dweight, float* dbias, const bf16* dout,
-                     const bf16* inp, const bf16* weight, int N, int C, int OC,
-                     cudaStream_t stream);
+                     const bf16* inp, const bf16* weight, int N, int C, int OC, cudaStream_t stream,
+                     const bf16* gelu_pre = nullptr);
 // dbias (OC) += column sums of dout (N,OC).
 void bias_backward(float* dbias, const bf16* dout, int N, int OC, cudaStream_t stream);
 

@@ -3,8 +3,10 @@
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <bit>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -112,7 +114,9 @@ struct MatmulEngine::Plan {
   }
 };
 
-MatmulEngine::MatmulEngine(size_t workspace_bytes) : workspace_bytes_(workspace_bytes) {
+MatmulEngine::MatmulEngine(int tune_candidates, size_t workspace_bytes)
+    : workspace_bytes_(workspace_bytes),
+      tune_candidates_(std::clamp(tune_candidates, 1, kMaxTuneCandidates)) {
   TESSERA_CUBLAS_CHECK(Lt().create(&handle_));
   TESSERA_CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
 }
@@ -148,19 +152,119 @@ cublasLtMatrixLayout_t Layout(cudaDataType_t type, int rows, int cols, int ld, i
   return layout;
 }
 
+cublasLtEpilogue_t Epilogue(const GemmArgs& g) {
+  switch (g.gelu) {
+    case GemmGelu::kForward:
+      return g.bias != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    case GemmGelu::kBackward:
+      return CUBLASLT_EPILOGUE_DGELU;
+    case GemmGelu::kNone:
+      break;
+  }
+  return g.bias != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+}
+
+void CheckEpilogue(const GemmArgs& g) {
+  if (g.bias != nullptr && g.d_fp32)
+    throw std::invalid_argument("MatmulEngine::Gemm: a bias epilogue needs a bf16 output");
+  if (g.gelu == GemmGelu::kNone)
+    return;
+  if (g.d_fp32 || g.batch > 1 || g.gelu_aux == nullptr || g.ldd % 8 != 0) {
+    throw std::invalid_argument(
+        "MatmulEngine::Gemm: a GELU epilogue needs a bf16 output of one matrix, an aux array and "
+        "a leading dimension divisible by 8 (ldd=" +
+        std::to_string(g.ldd) + ")");
+  }
+  if (g.gelu == GemmGelu::kBackward && g.bias != nullptr)
+    throw std::invalid_argument("MatmulEngine::Gemm: the GELU-gradient epilogue takes no bias");
+}
+
+// The per-call pointers of an epilogue, kept in the (cached) descriptor.
+void SetEpiloguePointers(cublasLtMatmulDesc_t desc, const GemmArgs& g, const void* aux) {
+  if (g.bias != nullptr) {
+    TESSERA_CUBLAS_CHECK(Lt().matmul_desc_set_attribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                        &g.bias, sizeof(g.bias)));
+  }
+  if (g.gelu != GemmGelu::kNone) {
+    TESSERA_CUBLAS_CHECK(Lt().matmul_desc_set_attribute(
+        desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
+  }
+}
+
+// Elements from the first of D (or C, or the GELU's aux, all laid out alike) to past its last.
+int64_t OutputExtent(const GemmArgs& g) {
+  return int64_t{g.ldd} * (g.n - 1) + g.m + (g.batch > 1 ? g.stride_d * (g.batch - 1) : 0);
+}
+
+// Device memory freed on scope exit (cudaFree waits for the device).
+struct Scratch {
+  void* p = nullptr;
+  explicit Scratch(int64_t bytes) { TESSERA_CUDA_CHECK(cudaMalloc(&p, bytes)); }
+  ~Scratch() { cudaFree(p); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+};
+
 }  // namespace
 
+size_t MatmulEngine::Fastest(const Plan& plan, const GemmArgs& g,
+                             const cublasLtMatmulHeuristicResult_t* candidates, int count,
+                             cudaStream_t stream) {
+  // Outputs go to scratch: D, the C it accumulates onto when that is D itself, and the GELU's
+  // pre-activation when the epilogue writes it. Inputs are the real ones.
+  const int64_t d_bytes = OutputExtent(g) * (g.d_fp32 ? 4 : 2);
+  Scratch d(d_bytes);
+  TESSERA_CUDA_CHECK(cudaMemsetAsync(d.p, 0, d_bytes, stream));
+  const void* c = (g.c == nullptr || g.c == g.d) ? d.p : g.c;
+  std::unique_ptr<Scratch> aux;
+  if (g.gelu == GemmGelu::kForward) {
+    aux = std::make_unique<Scratch>(OutputExtent(g) * 2);
+    SetEpiloguePointers(plan.desc, g, aux->p);
+  }
+  cudaEvent_t start = nullptr, stop = nullptr;
+  TESSERA_CUDA_CHECK(cudaEventCreate(&start));
+  TESSERA_CUDA_CHECK(cudaEventCreate(&stop));
+  const float alpha = 1.0f;
+  const auto run = [&](const cublasLtMatmulAlgo_t& algo) {
+    return Lt().matmul(handle_, plan.desc, &alpha, g.a, plan.a, g.b, plan.b, &g.beta, c, plan.c,
+                       d.p, plan.d, &algo, workspace_, workspace_bytes_, stream);
+  };
+  constexpr int kRepeats = 5;
+  size_t best = 0;
+  float best_ms = std::numeric_limits<float>::infinity();
+  for (int i = 0; i < count; i++) {
+    const cublasLtMatmulAlgo_t& algo = candidates[i].algo;
+    if (run(algo) != CUBLAS_STATUS_SUCCESS)  // warm-up; a candidate that fails is passed over
+      continue;
+    TESSERA_CUDA_CHECK(cudaEventRecord(start, stream));
+    for (int r = 0; r < kRepeats; r++)
+      TESSERA_CUBLAS_CHECK(run(algo));
+    TESSERA_CUDA_CHECK(cudaEventRecord(stop, stream));
+    TESSERA_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0.0f;
+    TESSERA_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    if (ms < best_ms) {
+      best_ms = ms;
+      best = static_cast<size_t>(i);
+    }
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return best;
+}
+
 void MatmulEngine::Gemm(const GemmArgs& g, cudaStream_t stream) {
+  CheckEpilogue(g);
   const bool batched = g.batch > 1;
   const bool accumulate = g.beta != 0.0f;
   const void* c = g.c != nullptr ? g.c : g.d;
   const int64_t d_elem = g.d_fp32 ? 4 : 2;
-  if (g.bias != nullptr && g.d_fp32)
-    throw std::invalid_argument("MatmulEngine::Gemm: a bias epilogue needs a bf16 output");
   const uint32_t align_a = Alignment(g.a, g.stride_a * 2, batched);
   const uint32_t align_b = Alignment(g.b, g.stride_b * 2, batched);
   const uint32_t align_c = Alignment(c, g.stride_d * d_elem, batched);
   const uint32_t align_d = Alignment(g.d, g.stride_d * d_elem, batched);
+  const uint32_t align_aux = g.gelu != GemmGelu::kNone ? Alignment(g.gelu_aux, 0, false) : 0;
   const Key key{g.trans_a,
                 g.trans_b,
                 g.m,
@@ -173,7 +277,8 @@ void MatmulEngine::Gemm(const GemmArgs& g, cudaStream_t stream) {
                 g.stride_b,
                 g.stride_d,
                 g.batch,
-                g.d_fp32 * 4 + accumulate * 2 + (g.bias != nullptr),
+                static_cast<int>(g.d_fp32 * 4 + accumulate * 2 + (g.bias != nullptr) +
+                                 8 * static_cast<int>(g.gelu) + 32 * align_aux),
                 static_cast<int>(align_a),
                 static_cast<int>(align_b),
                 static_cast<int>(align_c * 1024 + align_d)};
@@ -187,14 +292,15 @@ void MatmulEngine::Gemm(const GemmArgs& g, cudaStream_t stream) {
                                                         &op_a, sizeof(op_a)));
     TESSERA_CUBLAS_CHECK(Lt().matmul_desc_set_attribute(fresh->desc, CUBLASLT_MATMUL_DESC_TRANSB,
                                                         &op_b, sizeof(op_b)));
-    const cublasLtEpilogue_t epilogue =
-        g.bias != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    const cublasLtEpilogue_t epilogue = Epilogue(g);
     TESSERA_CUBLAS_CHECK(Lt().matmul_desc_set_attribute(fresh->desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
                                                         &epilogue, sizeof(epilogue)));
-    if (g.bias != nullptr) {
+    if (g.gelu != GemmGelu::kNone) {
+      const int64_t aux_ld = g.ldd;
       TESSERA_CUBLAS_CHECK(Lt().matmul_desc_set_attribute(
-          fresh->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)));
+          fresh->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
     }
+    SetEpiloguePointers(fresh->desc, g, g.gelu_aux);  // heuristics read their alignment
     const cudaDataType_t d_type = g.d_fp32 ? CUDA_R_32F : CUDA_R_16BF;
     fresh->a = g.trans_a ? Layout(CUDA_R_16BF, g.k, g.m, g.lda, g.batch, g.stride_a)
                          : Layout(CUDA_R_16BF, g.m, g.k, g.lda, g.batch, g.stride_a);
@@ -216,25 +322,34 @@ void MatmulEngine::Gemm(const GemmArgs& g, cudaStream_t stream) {
                                          sizeof(align_c));
     Lt().matmul_preference_set_attribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d,
                                          sizeof(align_d));
-    cublasLtMatmulHeuristicResult_t result{};
+    cublasLtMatmulHeuristicResult_t candidates[kMaxTuneCandidates]{};
     int found = 0;
-    const cublasStatus_t status = Lt().matmul_algo_get_heuristic(
-        handle_, fresh->desc, fresh->a, fresh->b, fresh->c, fresh->d, pref, 1, &result, &found);
+    const cublasStatus_t status =
+        Lt().matmul_algo_get_heuristic(handle_, fresh->desc, fresh->a, fresh->b, fresh->c, fresh->d,
+                                       pref, tune_candidates_, candidates, &found);
     Lt().matmul_preference_destroy(pref);
     if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
       plans_.erase(key);
       throw std::runtime_error("cuBLASLt has no algorithm for m=" + std::to_string(g.m) +
                                " n=" + std::to_string(g.n) + " k=" + std::to_string(g.k) +
                                " batch=" + std::to_string(g.batch) +
-                               (g.bias != nullptr ? " with bias" : "") + " (status " +
-                               std::to_string(static_cast<int>(status)) + ")");
+                               (g.bias != nullptr ? " with bias" : "") +
+                               (g.gelu != GemmGelu::kNone ? " with a GELU epilogue" : "") +
+                               " (status " + std::to_string(static_cast<int>(status)) + ")");
     }
-    fresh->algo = result.algo;
+    size_t chosen = 0;
+    if (found > 1) {
+      try {
+        chosen = Fastest(*fresh, g, candidates, found, stream);
+      } catch (...) {
+        plans_.erase(key);
+        throw;
+      }
+    }
+    fresh->algo = candidates[chosen].algo;
     plan = fresh.release();
-  } else if (g.bias != nullptr) {
-    TESSERA_CUBLAS_CHECK(Lt().matmul_desc_set_attribute(
-        plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)));
   }
+  SetEpiloguePointers(plan->desc, g, g.gelu_aux);
   const float alpha = 1.0f;
   const float beta = g.beta;
   TESSERA_CUBLAS_CHECK(Lt().matmul(handle_, plan->desc, &alpha, g.a, plan->a, g.b, plan->b, &beta,
