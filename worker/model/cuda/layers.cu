@@ -753,10 +753,11 @@ void layernorm_backward(bf16* dinp, float* dweight, float* dbias, const bf16* do
   CheckLaunch("layernorm_backward");
 }
 
-void matmul_forward(MatmulEngine& mm, bf16* out, const bf16* inp, const bf16* weight,
-                    const bf16* bias, const bf16* residual, int N, int C, int OC,
-                    cudaStream_t stream) {
-  // Column-major: out^T (OC,N) = weight (C,OC)^T @ inp^T (C,N).
+namespace {
+// out (N,OC) = inp (N,C) @ weight^T + bias, as the column-major product
+// out^T (OC,N) = weight (C,OC)^T @ inp^T (C,N).
+GemmArgs LinearProduct(bf16* out, const bf16* inp, const bf16* weight, const bf16* bias, int N,
+                       int C, int OC) {
   GemmArgs g;
   g.trans_a = true;
   g.m = OC;
@@ -769,6 +770,14 @@ void matmul_forward(MatmulEngine& mm, bf16* out, const bf16* inp, const bf16* we
   g.d = out;
   g.ldd = OC;
   g.bias = bias;
+  return g;
+}
+}  // namespace
+
+void matmul_forward(MatmulEngine& mm, bf16* out, const bf16* inp, const bf16* weight,
+                    const bf16* bias, const bf16* residual, int N, int C, int OC,
+                    cudaStream_t stream) {
+  GemmArgs g = LinearProduct(out, inp, weight, bias, N, C, OC);
   if (residual != nullptr) {
     g.c = residual;
     g.beta = 1.0f;
@@ -779,20 +788,8 @@ void matmul_forward(MatmulEngine& mm, bf16* out, const bf16* inp, const bf16* we
 void matmul_gelu_forward(MatmulEngine& mm, bf16* out, bf16* pre, const bf16* inp,
                          const bf16* weight, const bf16* bias, int N, int C, int OC,
                          cudaStream_t stream) {
-  // As matmul_forward; the epilogue writes the biased product to `pre` and its GELU to `out`.
-  GemmArgs g;
-  g.trans_a = true;
-  g.m = OC;
-  g.n = N;
-  g.k = C;
-  g.a = weight;
-  g.lda = C;
-  g.b = inp;
-  g.ldb = C;
-  g.d = out;
-  g.ldd = OC;
-  g.bias = bias;
-  g.gelu = GemmGelu::kForward;
+  GemmArgs g = LinearProduct(out, inp, weight, bias, N, C, OC);
+  g.gelu = GemmGelu::kForward;  // the epilogue writes the biased product to `pre`
   g.gelu_aux = pre;
   mm.Gemm(g, stream);
 }

@@ -67,9 +67,9 @@ struct GemmArgs {
 // A cuBLASLt handle, its workspace and the algorithm chosen for each shape (heuristics run once
 // per shape and alignment, then cached). With tune_candidates = 1 the algorithm is the
 // heuristics' first. With n > 1 (at most kMaxTuneCandidates) the first product of each shape
-// also times the heuristics' n best on scratch outputs (no result is disturbed) and keeps the
-// fastest: that call waits for the device, and since the choice depends on timings, two runs may
-// differ in the last bits.
+// also times the heuristics' n best on scratch outputs (no result is disturbed; without device
+// memory for them it keeps the first) and keeps the fastest: that call waits for the device,
+// and since the choice depends on timings, two runs may differ in the last bits.
 class MatmulEngine {
  public:
   static constexpr int kMaxTuneCandidates = 16;

@@ -196,10 +196,16 @@ int64_t OutputExtent(const GemmArgs& g) {
   return int64_t{g.ldd} * (g.n - 1) + g.m + (g.batch > 1 ? g.stride_d * (g.batch - 1) : 0);
 }
 
-// Device memory freed on scope exit (cudaFree waits for the device).
+// Device memory freed on scope exit (cudaFree waits for the device); p is null for 0 bytes
+// and when the allocation failed (the error is cleared).
 struct Scratch {
   void* p = nullptr;
-  explicit Scratch(int64_t bytes) { TESSERA_CUDA_CHECK(cudaMalloc(&p, bytes)); }
+  explicit Scratch(int64_t bytes) {
+    if (bytes > 0 && cudaMalloc(&p, bytes) != cudaSuccess) {
+      p = nullptr;
+      cudaGetLastError();
+    }
+  }
   ~Scratch() { cudaFree(p); }
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;
@@ -211,16 +217,17 @@ size_t MatmulEngine::Fastest(const Plan& plan, const GemmArgs& g,
                              const cublasLtMatmulHeuristicResult_t* candidates, int count,
                              cudaStream_t stream) {
   // Outputs go to scratch: D, the C it accumulates onto when that is D itself, and the GELU's
-  // pre-activation when the epilogue writes it. Inputs are the real ones.
+  // pre-activation when the epilogue writes it. Inputs are the real ones. Without the memory
+  // for them, the heuristics' first it is.
   const int64_t d_bytes = OutputExtent(g) * (g.d_fp32 ? 4 : 2);
   Scratch d(d_bytes);
+  Scratch aux(g.gelu == GemmGelu::kForward ? OutputExtent(g) * 2 : 0);
+  if (d.p == nullptr || (g.gelu == GemmGelu::kForward && aux.p == nullptr))
+    return 0;
   TESSERA_CUDA_CHECK(cudaMemsetAsync(d.p, 0, d_bytes, stream));
   const void* c = (g.c == nullptr || g.c == g.d) ? d.p : g.c;
-  std::unique_ptr<Scratch> aux;
-  if (g.gelu == GemmGelu::kForward) {
-    aux = std::make_unique<Scratch>(OutputExtent(g) * 2);
-    SetEpiloguePointers(plan.desc, g, aux->p);
-  }
+  if (g.gelu == GemmGelu::kForward)
+    SetEpiloguePointers(plan.desc, g, aux.p);
   cudaEvent_t start = nullptr, stop = nullptr;
   TESSERA_CUDA_CHECK(cudaEventCreate(&start));
   TESSERA_CUDA_CHECK(cudaEventCreate(&stop));
