@@ -5,7 +5,7 @@
 #
 # Writes BUILD_DIR/bundle/tessera-gpu.tar.gz (BUILD_DIR defaults to build-gpu, configured
 # here if needed): bin/ (gpu_model_test, gpu_smoke_test, comm_nccl_test, train_test,
-# gpt_bench, tessera, tessera-worker, dp_overlap_bench, allreduce_bench, without
+# gpt_bench, flash_bench, tessera, tessera-worker, dp_overlap_bench, allreduce_bench, without
 # debug sections), lib/ (every shared library they load except glibc, libstdc++/libgcc_s,
 # the driver, cuBLAS(Lt) and NCCL, which the GPU machine has and which are too large to
 # carry), BUILD_INFO. Then, with the device tool:
@@ -18,8 +18,8 @@ build=${1:-$root/build-gpu}
 jobs=${JOBS:-2}
 # The last two are CPU benchmarks (bench/dp_overlap, bench/allreduce), carried because a GPU
 # machine has many more cores than the development machine (16 against 2 on the H200 here).
-targets=(gpu_model_test gpu_smoke_test comm_nccl_test train_test gpt_bench tessera tessera-worker
-  dp_overlap_bench allreduce_bench)
+targets=(gpu_model_test gpu_smoke_test comm_nccl_test train_test gpt_bench flash_bench tessera
+  tessera-worker dp_overlap_bench allreduce_bench)
 
 if [[ ! -f "$build/CMakeCache.txt" ]]; then
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo

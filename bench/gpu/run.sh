@@ -10,7 +10,9 @@
 #      sub-group; wait_event ordering and the bucket reducer on device memory), and
 #      `tessera run manifests/examples/gpu-tiny.yaml` for 100 steps;
 #   3. speed: GPT-2 124M (seqLen 1024, bf16, batch $BATCH) tokens/s and MFU for Tessera
-#      (gpt_bench) and for PyTorch with torch.compile (torch_gpt.py), same config and batch.
+#      (gpt_bench) and for PyTorch with torch.compile (torch_gpt.py), same config and batch;
+#   4. extras while the budget lasts: the attention kernels alone against PyTorch's
+#      (flash_bench, sdpa_bench.py), per-kernel profiles, the CPU overlap benchmark.
 # The last line is exactly `ratio=<tessera tokens/s ÷ pytorch tokens/s> mfu=<tessera MFU>`
 # (targets: ratio >= 1.0, mfu >= 0.50). Raw output goes to $OUT (the device tool's folder
 # that comes back; default bench/results/local-<time>): run.log (everything), tests.xml,
@@ -19,10 +21,11 @@
 #
 # Environment: VARIANTS ("matmul flash flash-mma flash-mma+gelu flash-mma+gelu+tune": the
 # configurations to time, an attention and optional +gelu / +tune each, the first for the
-# ratio; ATTENTIONS, its older name, is read when VARIANTS is unset), BATCH (16), STEPS (20), WARMUP (3), PEAK_TFLOPS (989, dense bf16 of an
-# H100/H200 SXM), BUDGET_S (470: the whole run's deadline), BUNDLE (path of the bundle),
+# ratio; ATTENTIONS, its older name, is read when VARIANTS is unset), BATCH (16), STEPS (20),
+# WARMUP (3), PEAK_TFLOPS (989, dense bf16 of an H100/H200 SXM), BUDGET_S (470: the whole
+# run's deadline), BUNDLE (path of the bundle),
 # BIN_DIR (use these binaries instead), PYTHON (python3), JOBS (nproc), SKIP_TESTS=1,
-# SKIP_TORCH=1, SKIP_EXTRAS=1 (no profile, no CPU overlap benchmark), FORCE_GPU_NAME (skip the
+# SKIP_TORCH=1, SKIP_EXTRAS=1 (none of the extras of 4.), FORCE_GPU_NAME (skip the
 # GPU check: to test this script where there is none).
 set -uo pipefail
 
@@ -156,7 +159,7 @@ else
     exit 2
   fi
   if ! run build "$(budget 240 240)" cmake --build "$build" -j "$jobs" --target gpu_model_test \
-    gpu_smoke_test comm_nccl_test train_test gpt_bench tessera tessera-worker; then
+    gpu_smoke_test comm_nccl_test train_test gpt_bench flash_bench tessera tessera-worker; then
     say "run.sh: building the GPU targets failed (see run.log)"
     exit 2
   fi
@@ -275,6 +278,19 @@ if [[ "${SKIP_TORCH:-0}" != 1 ]]; then
 fi
 
 # ---- 4. extras, while the budget lasts (they do not change the exit status) ---------------
+# The attention kernels alone (flash_bench: mma and wmma sets, forward and backward TFLOP/s)
+# against PyTorch's scaled_dot_product_attention on the same shape (sdpa_bench.py).
+if [[ "${SKIP_EXTRAS:-0}" != 1 ]] && [[ -x "$(exe flash_bench)" ]] && ((deadline - SECONDS > 90)); then
+  if run "flash kernels" "$(budget 45 45)" "$(exe flash_bench)"; then
+    grep '^flash ' "$stage_log" | while read -r line; do say "$line"; done
+  else
+    say "extras: flash_bench failed: $(tail -2 "$stage_log" | tr '\n' ' ')"
+  fi
+  if [[ "${SKIP_TORCH:-0}" != 1 ]] && run sdpa "$(budget 60 30)" env LD_LIBRARY_PATH="$orig_ld" \
+    "$python" "$root/bench/gpu/sdpa_bench.py"; then
+    say "$(grep '^sdpa ' "$stage_log" | tail -1)"
+  fi
+fi
 # The per-kernel profile of a Tessera step (bench/gpu/profile.sh, Nsight Compute) into
 # $out/profile/ (and with the flash-mma attention), and the CPU overlap benchmark on this
 # machine's cores (docs/training.md).
