@@ -53,14 +53,33 @@ struct CublasLt {
   decltype(&::cublasLtMatrixLayoutSetAttribute) matrix_layout_set_attribute = nullptr;
 };
 
+// Opens `soname` as the loader finds it, else from the directory of the CUDA runtime this
+// process uses (the same toolkit): under AddressSanitizer, whose dlopen interceptor does not
+// search the executable's run path, only the second finds a toolkit outside the system's.
+void* OpenNextToCudaRuntime(const std::string& soname, std::string* why) {
+  void* lib = dlopen(soname.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (lib != nullptr)
+    return lib;
+  const char* error = dlerror();
+  *why = error != nullptr ? error : "?";
+  Dl_info info{};
+  void* runtime_symbol = dlsym(RTLD_DEFAULT, "cudaGetDeviceCount");
+  if (runtime_symbol == nullptr || dladdr(runtime_symbol, &info) == 0 || info.dli_fname == nullptr)
+    return nullptr;
+  const std::string runtime = info.dli_fname;
+  const size_t slash = runtime.rfind('/');
+  if (slash == std::string::npos)
+    return nullptr;
+  return dlopen((runtime.substr(0, slash + 1) + soname).c_str(), RTLD_NOW | RTLD_LOCAL);
+}
+
 const CublasLt& Lt() {
   static const CublasLt api = [] {
     const std::string soname = "libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR);
-    void* lib = dlopen(soname.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (lib == nullptr) {
-      const char* why = dlerror();
-      throw std::runtime_error("cannot load " + soname + " (cuBLASLt): " + (why ? why : "?"));
-    }
+    std::string why;
+    void* lib = OpenNextToCudaRuntime(soname, &why);
+    if (lib == nullptr)
+      throw std::runtime_error("cannot load " + soname + " (cuBLASLt): " + why);
     CublasLt a;
     const auto load = [&](auto& fn, const char* name) {
       fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
