@@ -2,9 +2,9 @@
 // of extent 1 gets) with an in-process store; contract errors raised before any transfer.
 #include <gtest/gtest.h>
 
+#include "tests/unit/comm/local_store.h"
 #include "worker/comm/device_mesh.h"
 #include "worker/comm/gloo_process_group.h"
-#include "worker/rendezvous/store_server.h"
 
 namespace tessera::comm {
 namespace {
@@ -14,14 +14,8 @@ using namespace std::chrono_literals;
 class SingleRankGloo : public ::testing::Test {
  protected:
   void SetUp() override {
-    rendezvous::StoreServerOptions so;
-    so.host = "127.0.0.1";
-    so.port = 0;
-    server_ = rendezvous::StoreServer::Start(so);
-    rendezvous::StoreClientOptions co;
-    co.port = server_->port();
-    co.connect_timeout = co.timeout = 10s;
-    client_ = std::make_unique<rendezvous::StoreClient>(co);
+    server_ = test::StartLocalStore();
+    client_ = std::make_unique<rendezvous::StoreClient>(test::LocalStoreClient(*server_, 10s));
     GlooOptions go;
     go.comm.timeout = 10s;
     world_ = CreateGlooProcessGroup(*client_, 0, 1, go);

@@ -6,7 +6,7 @@
 
 #include <future>
 
-#include "worker/rendezvous/store_server.h"
+#include "tests/unit/comm/local_store.h"
 
 namespace tessera::comm {
 namespace {
@@ -16,12 +16,8 @@ using namespace std::chrono_literals;
 class LivenessTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    rendezvous::StoreServerOptions so;
-    so.host = "127.0.0.1";
-    so.port = 0;
-    server_ = rendezvous::StoreServer::Start(so);
-    options_.port = server_->port();
-    options_.connect_timeout = options_.timeout = 5s;
+    server_ = test::StartLocalStore();
+    options_ = test::LocalStoreClient(*server_, 5s);
     client_ = std::make_unique<rendezvous::StoreClient>(options_);
   }
   std::unique_ptr<rendezvous::StoreServer> server_;

@@ -5,9 +5,9 @@
 
 #include <thread>
 
+#include "tests/unit/comm/local_store.h"
 #include "worker/comm/nccl_process_group.h"
 #include "worker/parallel/data/bucket_reducer.h"
-#include "worker/rendezvous/store_server.h"
 
 namespace tessera::comm {
 namespace {
@@ -40,14 +40,8 @@ class NcclWorld : public ::testing::Test {
   void SetUp() override {
     if (!HaveGpu())
       GTEST_SKIP() << "no CUDA device: the NCCL test runs on a machine with a GPU";
-    rendezvous::StoreServerOptions so;
-    so.host = "127.0.0.1";
-    so.port = 0;
-    server_ = rendezvous::StoreServer::Start(so);
-    rendezvous::StoreClientOptions co;
-    co.port = server_->port();
-    co.connect_timeout = co.timeout = 30s;
-    client_ = std::make_unique<rendezvous::StoreClient>(co);
+    server_ = test::StartLocalStore();
+    client_ = std::make_unique<rendezvous::StoreClient>(test::LocalStoreClient(*server_, 30s));
     NcclOptions options;
     options.comm.timeout = 60s;
     world_ = CreateNcclProcessGroup(*client_, 0, 1, 0, options);

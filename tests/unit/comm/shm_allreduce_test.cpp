@@ -9,8 +9,8 @@
 #include <thread>
 #include <vector>
 
+#include "tests/unit/comm/local_store.h"
 #include "worker/comm/process_group.h"
-#include "worker/rendezvous/store_server.h"
 
 namespace tessera::comm {
 namespace {
@@ -19,17 +19,9 @@ using namespace std::chrono_literals;
 
 class ShmAllReduceTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    rendezvous::StoreServerOptions so;
-    so.host = "127.0.0.1";
-    so.port = 0;
-    server_ = rendezvous::StoreServer::Start(so);
-  }
+  void SetUp() override { server_ = test::StartLocalStore(); }
   std::unique_ptr<rendezvous::StoreClient> Client() const {
-    rendezvous::StoreClientOptions co;
-    co.port = server_->port();
-    co.connect_timeout = co.timeout = 10s;
-    return std::make_unique<rendezvous::StoreClient>(co);
+    return std::make_unique<rendezvous::StoreClient>(test::LocalStoreClient(*server_, 10s));
   }
   // Runs fn(rank) on `ranks` threads and joins them.
   static void OnThreads(int ranks, const std::function<void(int)>& fn) {
