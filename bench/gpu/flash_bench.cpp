@@ -98,7 +98,7 @@ int Run(int argc, char** argv) {
   TESSERA_CUDA_CHECK(cudaEventCreate(&start));
   TESSERA_CUDA_CHECK(cudaEventCreate(&stop));
   // Milliseconds per call of `pass`, after one untimed call.
-  const auto time = [&](const auto& pass) {
+  const auto time_ms = [&](const auto& pass) {
     pass();
     TESSERA_CUDA_CHECK(cudaEventRecord(start));
     for (int i = 0; i < iters; i++)
@@ -113,10 +113,10 @@ int Run(int argc, char** argv) {
       2.0 * 2.0 * B * NH * static_cast<double>(T) * T * head_size / 2.0;  // 2 products, causal
   for (size_t k = 0; k < sets.size(); k++) {
     const FlashKernels set = sets[k];
-    const double forward_ms = time([&] {
+    const double forward_ms = time_ms([&] {
       tessera::model::cuda::flash_attention_forward(out.p, lse.p, qkv.p, B, T, C, NH, nullptr, set);
     });
-    const double backward_ms = time([&] {
+    const double backward_ms = time_ms([&] {
       tessera::model::cuda::flash_attention_backward(dqkv.p, delta.p, dq.p, dout.p, qkv.p, out.p,
                                                      lse.p, B, T, C, NH, nullptr, set);
     });

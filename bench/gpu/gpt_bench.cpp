@@ -60,7 +60,7 @@ int Run(int argc, char** argv) {
   app.add_option("--gemm-tune", gemm_tune,
                  "time this many cuBLASLt candidates per product shape and keep the fastest "
                  "(1: the heuristics' first)")
-      ->check(CLI::Range(1, 16));
+      ->check(CLI::Range(1, tessera::model::kMaxGemmTune));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -660,9 +660,9 @@ std::shared_ptr<ProcessGroup> CreateGlooProcessGroup(const rendezvous::StoreClie
   const std::string prefix = options.prefix + "world/";
   core->context = Connect(*shared, prefix, rank, size, "world");
   if (options.shared_memory_allreduce && size > 1) {
-    // Null when the ranks are not all here (then Gloo does everything, as without the option).
-    std::string why;
-    core->shm = ShmAllReduce::Create(*shared->store, prefix, rank, size, core->timeout, &why);
+    // Null when the ranks are not all here (then Gloo does everything, as without the option);
+    // each rank's outcome stays in the store (ShmAllReduce::Create's "mapped" keys).
+    core->shm = ShmAllReduce::Create(*shared->store, prefix, rank, size, core->timeout, nullptr);
   }
   return std::make_shared<GlooProcessGroup>(std::move(core), prefix);
 }

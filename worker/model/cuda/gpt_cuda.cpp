@@ -319,16 +319,17 @@ std::unique_ptr<GptCuda> CreateGptCuda(const GptConfig& config, const GptCudaOpt
   if (const char* env = std::getenv("TESSERA_GEMM_TUNE"); env != nullptr) {
     if (!ParseGemmTune(env, &gemm_tune)) {
       return fail(std::string("TESSERA_GEMM_TUNE=") + env +
-                  " is not a count of candidates from 1 to 16");
+                  " is not a count of candidates from 1 to " + std::to_string(kMaxGemmTune));
     }
   }
   if (gelu_fusion && config.d_model % 2 != 0) {  // the epilogue's rows of 4 * dModel: % 8
     return fail("GELU fusion needs an even dModel, not " + std::to_string(config.d_model) +
                 "; use TESSERA_GELU_FUSION=0");
   }
-  if (gemm_tune < 1 || gemm_tune > cuda::MatmulEngine::kMaxTuneCandidates) {
+  static_assert(kMaxGemmTune == cuda::MatmulEngine::kMaxTuneCandidates);
+  if (gemm_tune < 1 || gemm_tune > kMaxGemmTune) {
     return fail("GptCudaOptions::gemm_tune=" + std::to_string(gemm_tune) +
-                " is not a count of candidates from 1 to 16");
+                " is not a count of candidates from 1 to " + std::to_string(kMaxGemmTune));
   }
   const int head_size = config.d_model / config.heads;
   const bool fused = attention != GpuAttention::kMatmul;

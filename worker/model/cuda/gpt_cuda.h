@@ -48,7 +48,10 @@ inline bool ParseGpuSwitch(std::string_view text, bool* on) {
   return true;
 }
 
-// TESSERA_GEMM_TUNE's values: a count of candidates from 1 to 16; false for any other text.
+// The most cuBLASLt candidates GptCudaOptions::gemm_tune may time.
+inline constexpr int kMaxGemmTune = 16;
+// TESSERA_GEMM_TUNE's values: a count of candidates from 1 to kMaxGemmTune; false for any
+// other text.
 inline bool ParseGemmTune(std::string_view text, int* candidates) {
   if (text.empty() || text.size() > 2)
     return false;
@@ -58,7 +61,7 @@ inline bool ParseGemmTune(std::string_view text, int* candidates) {
       return false;
     n = n * 10 + (c - '0');
   }
-  if (n < 1 || n > 16)
+  if (n < 1 || n > kMaxGemmTune)
     return false;
   *candidates = n;
   return true;
