@@ -12,6 +12,7 @@
 #include <sstream>
 #include <vector>
 
+#include "tests/unit/gpu_emulation/emulated_test_util.h"
 #include "tests/unit/gpu_emulation/warp_emulator.h"
 #include "worker/model/cpu/layers.h"
 #include "worker/model/cuda/flash_mma_kernels.cuh"
@@ -19,52 +20,10 @@
 namespace tessera::model::cuda::flash_mma {
 namespace {
 
-std::vector<float> RandomBf16Values(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> values(n);
-  for (float& v : values)
-    v = warp::Bf16ToFloat(warp::FloatToBf16(normal(rng)));
-  return values;
-}
-
-std::vector<Bf16Bits> ToBits(const std::vector<float>& values) {
-  std::vector<Bf16Bits> bits(values.size());
-  for (size_t i = 0; i < values.size(); i++)
-    bits[i] = warp::FloatToBf16(values[i]);
-  return bits;
-}
-
-std::vector<float> ToFloats(const std::vector<Bf16Bits>& bits) {
-  std::vector<float> values(bits.size());
-  for (size_t i = 0; i < bits.size(); i++)
-    values[i] = warp::Bf16ToFloat(bits[i]);
-  return values;
-}
-
-// Relative L2 error within `tolerance`, and every element within `tolerance` times the largest
-// reference magnitude (so one wrong row or column cannot hide in the norm). NaN never passes.
-::testing::AssertionResult Close(const char* what, const std::vector<float>& got,
-                                 const std::vector<float>& want, double tolerance) {
-  double diff2 = 0, ref2 = 0, max_ref = 0;
-  for (float w : want)
-    max_ref = std::max(max_ref, static_cast<double>(std::abs(w)));
-  for (size_t i = 0; i < got.size(); i++) {
-    const double d = static_cast<double>(got[i]) - want[i];
-    if (!std::isfinite(got[i]) || std::abs(d) > tolerance * max_ref) {
-      return ::testing::AssertionFailure() << what << "[" << i << "] = " << got[i] << ", want "
-                                           << want[i] << " (largest |want| " << max_ref << ")";
-    }
-    diff2 += d * d;
-    ref2 += static_cast<double>(want[i]) * want[i];
-  }
-  const double rel = std::sqrt(diff2) / std::max(std::sqrt(ref2), 1e-30);
-  if (!(rel <= tolerance)) {
-    return ::testing::AssertionFailure()
-           << what << ": relative error " << rel << " > " << tolerance;
-  }
-  return ::testing::AssertionSuccess();
-}
+using warp_emu::test::Close;
+using warp_emu::test::RandomBf16Values;
+using warp_emu::test::ToBits;
+using warp_emu::test::ToFloats;
 
 template <int HS>
 void CheckAgainstCpu(int B, int T, int NH, uint64_t seed) {

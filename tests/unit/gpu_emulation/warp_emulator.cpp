@@ -312,6 +312,9 @@ struct AlignedDelete {
 unsigned ThreadIdx() {
   return Self("ThreadIdx").thread;
 }
+unsigned BlockDimX() {
+  return Self("BlockDimX").block->config.threads;
+}
 unsigned BlockIdxX() {
   return Self("BlockIdxX").block->x;
 }

@@ -534,14 +534,6 @@ void LaunchBackward(bf16* dinp, float* dq_accum, const bf16* dout, const bf16* i
   CheckLaunch("flash_attention_backward");
 }
 
-// The mma.sync kernels of flash_mma_kernels.cuh, which take bf16 as its bits.
-const flash_mma::Bf16Bits* Bits(const bf16* p) {
-  return reinterpret_cast<const flash_mma::Bf16Bits*>(p);
-}
-flash_mma::Bf16Bits* Bits(bf16* p) {
-  return reinterpret_cast<flash_mma::Bf16Bits*>(p);
-}
-
 template <int HS>
 void LaunchMmaForward(bf16* out, float* lse, const bf16* inp, int B, int T, int NH,
                       cudaStream_t stream) {

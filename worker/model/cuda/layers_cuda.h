@@ -19,9 +19,20 @@
 #include <string>
 #include <tuple>
 
+#include "worker/model/cuda/kernel_args.h"
+
 namespace tessera::model::cuda {
 
 using bf16 = __nv_bfloat16;
+
+// The hand-written kernels (layer_kernels.cuh, flash_mma_kernels.cuh) take bf16 as its bits, so
+// that they also compile as host C++ for the CPU emulator.
+inline const uint16_t* Bits(const bf16* p) {
+  return reinterpret_cast<const uint16_t*>(p);
+}
+inline uint16_t* Bits(bf16* p) {
+  return reinterpret_cast<uint16_t*>(p);
+}
 
 // Throw std::runtime_error("<what> failed at <file>:<line>: <reason>") unless status is success.
 void CheckCuda(cudaError_t status, const char* what, const char* file, int line);
@@ -196,14 +207,7 @@ void crossentropy_softmax_backward(bf16* logits, int ld, const float* lse, const
 // out[0] = mean of values (N), one block, fixed order (deterministic).
 void mean_reduce(float* out, const float* values, int N, cudaStream_t stream);
 
-// ---- parameters and optimizer over the flat fp32 buffer ----
-// The optimizer works on chunks of the flat buffer: each chunk lies in one tensor and carries
-// that tensor's weight-decay flag.
-struct ParamChunk {
-  int64_t offset;
-  int32_t count;
-  int32_t decays;
-};
+// ---- parameters and optimizer over the flat fp32 buffer (ParamChunk: kernel_args.h) ----
 // bf16 copy of fp32 values.
 void convert_to_bf16(bf16* out, const float* inp, int64_t N, cudaStream_t stream);
 // norm[0] = L2 norm of values over the chunks; partials holds one float per chunk (scratch).
@@ -211,10 +215,7 @@ void global_norm(float* norm, float* partials, const float* values, const ParamC
                  int num_chunks, cudaStream_t stream);
 // One AdamW step, as worker/train/adamw.h (m, v fp32), on gradients first scaled by
 // max_norm / (norm + 1e-6) when max_norm > 0 and *norm (device) > max_norm (the gradients are
-// not modified). Writes params (fp32 master) and params_bf16. correction1/2 are 1 - beta^t.
-struct AdamWArgs {
-  float lr, beta1, beta2, eps, weight_decay, max_norm, correction1, correction2;
-};
+// not modified). Writes params (fp32 master) and params_bf16 (AdamWArgs: kernel_args.h).
 void adamw_update(float* params, bf16* params_bf16, float* m, float* v, const float* grads,
                   const float* norm, const ParamChunk* chunks, int num_chunks,
                   const AdamWArgs& args, cudaStream_t stream);

@@ -1,6 +1,7 @@
-// Warp-level tensor-core primitives for hand-written kernels (flash_mma_kernels.cuh): the PTX
-// instructions mma.sync m16n8k16 (bf16 in, fp32 accumulate) and ldmatrix, plus the few other
-// things such a kernel touches (thread geometry, barriers, shuffles, atomics, bf16 packing).
+// Device primitives for hand-written kernels (flash_mma_kernels.cuh, layer_kernels.cuh): the PTX
+// instructions mma.sync m16n8k16 (bf16 in, fp32 accumulate) and ldmatrix, plus the other things
+// such a kernel touches (thread geometry, barriers, shuffles, atomics, 16-byte accesses, bf16
+// conversion, the float functions).
 //
 // Two implementations of one contract. Compiled by nvcc for a device, each is the instruction.
 // Compiled as host C++ with TESSERA_WARP_EMULATION defined, each calls tessera::warp_emu, a
@@ -30,10 +31,13 @@
 #define TESSERA_DEVICE inline
 #define TESSERA_HOST_DEVICE
 #define TESSERA_KERNEL(threads, min_blocks) void
+#define TESSERA_KERNEL_MAX_THREADS(threads) void
+#define TESSERA_GLOBAL void
 
 namespace tessera::warp_emu {
 // Thread geometry of the calling (emulated) thread.
 unsigned ThreadIdx();
+unsigned BlockDimX();
 unsigned BlockIdxX();
 unsigned BlockIdxY();
 unsigned GridDimX();
@@ -52,6 +56,9 @@ void AtomicAdd(float* address, float value);
 #define TESSERA_DEVICE __device__ __forceinline__
 #define TESSERA_HOST_DEVICE __host__ __device__
 #define TESSERA_KERNEL(threads, min_blocks) __global__ void __launch_bounds__(threads, min_blocks)
+// Only the block size bound: a minimum of blocks per SM, even 1, changes register allocation.
+#define TESSERA_KERNEL_MAX_THREADS(threads) __global__ void __launch_bounds__(threads)
+#define TESSERA_GLOBAL __global__ void
 #endif
 
 namespace tessera::model::cuda::warp {
@@ -73,6 +80,9 @@ TESSERA_DEVICE void CheckAligned(const void* address, unsigned bytes, const char
 }
 TESSERA_DEVICE unsigned ThreadIdx() {
   return warp_emu::ThreadIdx();
+}
+TESSERA_DEVICE unsigned BlockDimX() {
+  return warp_emu::BlockDimX();
 }
 TESSERA_DEVICE unsigned BlockIdxX() {
   return warp_emu::BlockIdxX();
@@ -132,6 +142,12 @@ TESSERA_DEVICE void Store32(void* dst, uint32_t value) {
   CheckAligned(dst, 4, "Store32");
   std::memcpy(dst, &value, 4);
 }
+// 16 bytes from src to dst in one access; both 16-byte aligned.
+TESSERA_DEVICE void Copy16(void* dst, const void* src) {
+  CheckAligned(dst, 16, "Copy16 destination");
+  CheckAligned(src, 16, "Copy16 source");
+  std::memcpy(dst, src, 16);
+}
 // Round to nearest even, as __float2bfloat16_rn (NaN stays a NaN).
 TESSERA_DEVICE Bf16Bits FloatToBf16(float value) {
   uint32_t bits;
@@ -156,11 +172,32 @@ TESSERA_DEVICE float Max(float a, float b) {
 TESSERA_DEVICE float Log2(float x) {
   return std::log2(x);
 }
+TESSERA_DEVICE float Exp(float x) {
+  return std::exp(x);
+}
+TESSERA_DEVICE float Log(float x) {
+  return std::log(x);
+}
+TESSERA_DEVICE float Tanh(float x) {
+  return std::tanh(x);
+}
+TESSERA_DEVICE float Sqrt(float x) {
+  return std::sqrt(x);
+}
+TESSERA_DEVICE double Sqrt(double x) {
+  return std::sqrt(x);
+}
+TESSERA_DEVICE float Rsqrt(float x) {
+  return 1.0f / std::sqrt(x);
+}
 
 #else  // nvcc, device code
 
 TESSERA_DEVICE unsigned ThreadIdx() {
   return threadIdx.x;
+}
+TESSERA_DEVICE unsigned BlockDimX() {
+  return blockDim.x;
 }
 TESSERA_DEVICE unsigned BlockIdxX() {
   return blockIdx.x;
@@ -239,6 +276,9 @@ TESSERA_DEVICE void CpAsyncWait() {
 TESSERA_DEVICE void Store32(void* dst, uint32_t value) {
   *reinterpret_cast<uint32_t*>(dst) = value;
 }
+TESSERA_DEVICE void Copy16(void* dst, const void* src) {
+  *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+}
 TESSERA_DEVICE Bf16Bits FloatToBf16(float value) {
   return __bfloat16_as_ushort(__float2bfloat16_rn(value));
 }
@@ -253,6 +293,25 @@ TESSERA_DEVICE float Max(float a, float b) {
 }
 TESSERA_DEVICE float Log2(float x) {
   return log2f(x);
+}
+// Not the fast-math intrinsics (__expf, ...): the CPU reference's accuracy.
+TESSERA_DEVICE float Exp(float x) {
+  return expf(x);
+}
+TESSERA_DEVICE float Log(float x) {
+  return logf(x);
+}
+TESSERA_DEVICE float Tanh(float x) {
+  return tanhf(x);
+}
+TESSERA_DEVICE float Sqrt(float x) {
+  return sqrtf(x);
+}
+TESSERA_DEVICE double Sqrt(double x) {
+  return sqrt(x);
+}
+TESSERA_DEVICE float Rsqrt(float x) {
+  return rsqrtf(x);
 }
 
 #endif

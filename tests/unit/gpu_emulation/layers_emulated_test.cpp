@@ -1,0 +1,419 @@
+// The hand-written layer kernels (worker/model/cuda/layer_kernels.cuh), run on the CPU by the
+// SIMT emulator through the same host code that launches them on a GPU (the kernel choice, the
+// grid, the shared memory), against the CPU reference of worker/model/cpu/layers.h. Each
+// packed (16-byte) kernel and its general fallback are taken on purpose, and the test checks
+// which one ran. (On a GPU, tests/unit/gpu/gpu_layers_test.cpp runs the same source compiled
+// by nvcc.)
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tests/unit/gpu_emulation/emulated_test_util.h"
+#include "tests/unit/gpu_emulation/warp_emulator.h"
+#include "worker/model/cpu/layers.h"
+#include "worker/model/cuda/layer_kernels.cuh"
+
+namespace tessera::model::cuda::layer_kernels {
+namespace {
+
+using warp_emu::test::Close;
+using warp_emu::test::RandomBf16Values;
+using warp_emu::test::ToBits;
+using warp_emu::test::ToFloats;
+
+constexpr double kBf16Tolerance = 1e-2;  // outputs stored in bf16
+constexpr double kFp32Tolerance = 1e-4;  // outputs stored in fp32
+
+// layer_kernels' Launcher for the emulator: runs the kernel's blocks there and records the name
+// of each launch, so a test can tell which kernel the host code chose.
+struct EmulatorLauncher {
+  std::vector<std::string>* launched;
+
+  template <class... Params, class... Args>
+  void operator()(const char* what, const LaunchShape& shape, void (*kernel)(Params...),
+                  Args... args) const {
+    warp_emu::LaunchConfig config;
+    config.grid_x = shape.grid_x;
+    config.grid_y = shape.grid_y;
+    config.threads = shape.threads;
+    config.shared_bytes = shape.shared_bytes;
+    warp_emu::Launch(config, [&] { kernel(args...); });
+    launched->push_back(what);
+  }
+};
+
+std::vector<int32_t> RandomIds(size_t n, int limit, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int32_t> dist(0, limit - 1);
+  std::vector<int32_t> ids(n);
+  for (int32_t& id : ids)
+    id = dist(rng);
+  return ids;
+}
+
+// bf16 bits of values stored `offset` elements into a buffer: offset 1 makes the array
+// 2-byte but not 16-byte aligned (std::vector's storage is 16-byte aligned), which takes the
+// general kernels.
+struct Bf16Buffer {
+  Bf16Buffer(const std::vector<float>& values, size_t offset) : offset(offset), bits(offset) {
+    const std::vector<Bf16Bits> b = ToBits(values);
+    bits.insert(bits.end(), b.begin(), b.end());
+  }
+  Bf16Bits* data() { return bits.data() + offset; }
+  std::vector<float> values() const {
+    return ToFloats(
+        std::vector<Bf16Bits>(bits.begin() + static_cast<std::ptrdiff_t>(offset), bits.end()));
+  }
+  size_t offset;
+  std::vector<Bf16Bits> bits;
+};
+
+TEST(LayersEmulated, EncoderForwardAndBackward) {
+  const int B = 2, T = 5, C = 24, V = 40;
+  const size_t N = size_t{B} * T;
+  const std::vector<int32_t> tokens = RandomIds(N, V, 1);
+  const std::vector<float> wte = RandomBf16Values(size_t{V} * C, 2);
+  const std::vector<float> wpe = RandomBf16Values(size_t{T} * C, 3);
+  const std::vector<float> dout = RandomBf16Values(N * C, 4);
+  std::vector<float> dwte = RandomBf16Values(wte.size(), 5);  // += onto these
+  std::vector<float> dwpe = RandomBf16Values(wpe.size(), 6);
+
+  std::vector<std::string> launched;
+  const EmulatorLauncher launch{&launched};
+  Bf16Buffer d_wte(wte, 0), d_wpe(wpe, 0), d_out(std::vector<float>(N * C, NAN), 0),
+      d_dout(dout, 0);
+  std::vector<float> got_dwte = dwte, got_dwpe = dwpe;
+  EncoderForward(launch, d_out.data(), tokens.data(), d_wte.data(), d_wpe.data(), B, T, C);
+  EncoderBackward(launch, got_dwte.data(), got_dwpe.data(), d_dout.data(), tokens.data(), B, T, C);
+
+  std::vector<float> out(N * C);
+  cpu::encoder_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
+  cpu::encoder_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
+  EXPECT_TRUE(Close("out", d_out.values(), out, kBf16Tolerance));
+  EXPECT_TRUE(Close("dwte", got_dwte, dwte, kFp32Tolerance));
+  EXPECT_TRUE(Close("dwpe", got_dwpe, dwpe, kFp32Tolerance));
+}
+
+// N rows of C values at `offset` elements into their buffers; returns the backward launch's name.
+std::string CheckLayerNorm(int N, int C, size_t offset, uint64_t seed) {
+  std::vector<float> inp = RandomBf16Values(static_cast<size_t>(N) * C, seed, 2.0f);
+  for (float& x : inp)
+    x = warp::Bf16ToFloat(warp::FloatToBf16(x + 0.5f));  // a non-zero mean
+  const std::vector<float> weight = RandomBf16Values(C, seed + 1);
+  const std::vector<float> bias = RandomBf16Values(C, seed + 2);
+  const std::vector<float> dout = RandomBf16Values(inp.size(), seed + 3);
+  std::vector<float> dinp = RandomBf16Values(inp.size(), seed + 4);  // += onto these
+  std::vector<float> dweight = RandomBf16Values(C, seed + 5);
+  std::vector<float> dbias = RandomBf16Values(C, seed + 6);
+
+  std::vector<std::string> launched;
+  const EmulatorLauncher launch{&launched};
+  Bf16Buffer d_inp(inp, offset), d_w(weight, offset), d_b(bias, offset),
+      d_out(std::vector<float>(inp.size(), NAN), offset), d_dout(dout, offset),
+      d_dinp(dinp, offset);
+  std::vector<float> mean(N, NAN), rstd(N, NAN), got_dw = dweight, got_db = dbias;
+  LayerNormForward(launch, d_out.data(), mean.data(), rstd.data(), d_inp.data(), d_w.data(),
+                   d_b.data(), N, C);
+  LayerNormBackward(launch, d_dinp.data(), got_dw.data(), got_db.data(), d_dout.data(),
+                    d_inp.data(), d_w.data(), mean.data(), rstd.data(), N, C);
+
+  std::vector<float> out(inp.size()), cpu_mean(N), cpu_rstd(N);
+  cpu::layernorm_forward(out.data(), cpu_mean.data(), cpu_rstd.data(), inp.data(), weight.data(),
+                         bias.data(), N, C);
+  EXPECT_TRUE(Close("out", d_out.values(), out, kBf16Tolerance));
+  EXPECT_TRUE(Close("mean", mean, cpu_mean, kFp32Tolerance));
+  EXPECT_TRUE(Close("rstd", rstd, cpu_rstd, kFp32Tolerance));
+  // Backward from the kernel's statistics, so that both sides start from the same values.
+  cpu::layernorm_backward(dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(),
+                          weight.data(), mean.data(), rstd.data(), N, C);
+  EXPECT_TRUE(Close("dinp", d_dinp.values(), dinp, kBf16Tolerance));
+  EXPECT_TRUE(Close("dweight", got_dw, dweight, kFp32Tolerance));
+  EXPECT_TRUE(Close("dbias", got_db, dbias, kFp32Tolerance));
+  return launched.at(1);
+}
+
+// C = 768 (GPT-2's), 128 and 1024 take the packed backward kernel with 3, 1 and 4 packs of 8
+// per lane; 100 rows need two blocks of it (64 rows a block), whose warps each take several.
+TEST(LayersEmulated, LayerNormPackedBackward) {
+  EXPECT_EQ(CheckLayerNorm(100, 768, 0, 10), "layernorm_backward (packed)");
+  EXPECT_EQ(CheckLayerNorm(70, 128, 0, 20), "layernorm_backward (packed)");
+  EXPECT_EQ(CheckLayerNorm(9, 1024, 0, 30), "layernorm_backward (packed)");
+}
+
+// C % 8 != 0, an unaligned array, or more than 4 packs a lane: the general kernel.
+TEST(LayersEmulated, LayerNormGeneralBackward) {
+  EXPECT_EQ(CheckLayerNorm(40, 100, 0, 40), "layernorm_backward");
+  EXPECT_EQ(CheckLayerNorm(40, 128, 1, 50), "layernorm_backward");
+  EXPECT_EQ(CheckLayerNorm(5, 1032, 0, 60), "layernorm_backward");
+}
+
+// Rows in bands of 128 per block (the last partial), columns past a block of 256.
+TEST(LayersEmulated, BiasBackward) {
+  const int N = 300, OC = 270;
+  const std::vector<float> dout = RandomBf16Values(size_t{N} * OC, 70);
+  std::vector<float> dbias = RandomBf16Values(OC, 71);  // += onto these
+  std::vector<float> got = dbias;
+  std::vector<std::string> launched;
+  Bf16Buffer d_dout(dout, 0);
+  BiasBackward(EmulatorLauncher{&launched}, got.data(), d_dout.data(), N, OC);
+  for (int n = 0; n < N; n++) {
+    for (int o = 0; o < OC; o++)
+      dbias[o] += dout[static_cast<size_t>(n) * OC + o];
+  }
+  EXPECT_TRUE(Close("dbias", got, dbias, kFp32Tolerance));
+}
+
+// The matmul attention's layout changes are exact copies: each q, k, v element where the
+// (B,T,3,NH,hs) -> (B,NH,T,hs) map puts it, and the inverses restore the input.
+TEST(LayersEmulated, PermutesAreExactAndInvert) {
+  const int B = 2, T = 7, NH = 3, hs = 8, C = NH * hs;
+  const size_t NC = size_t{B} * T * C;
+  const std::vector<float> qkv = RandomBf16Values(3 * NC, 80);
+  std::vector<std::string> launched;
+  const EmulatorLauncher launch{&launched};
+  Bf16Buffer d_qkv(qkv, 0), q(std::vector<float>(NC, NAN), 0), k = q, v = q;
+  Permute(launch, q.data(), k.data(), v.data(), d_qkv.data(), B, T, NH, hs);
+  const std::vector<float> qs = q.values(), ks = k.values(), vs = v.values();
+  for (int b = 0; b < B; b++) {
+    for (int h = 0; h < NH; h++) {
+      for (int t = 0; t < T; t++) {
+        for (int i = 0; i < hs; i++) {
+          const size_t at = ((static_cast<size_t>(b) * NH + h) * T + t) * hs + i;
+          const size_t src = (static_cast<size_t>(b) * T + t) * 3 * C + h * hs + i;
+          ASSERT_EQ(qs[at], qkv[src]) << "q " << b << " " << h << " " << t << " " << i;
+          ASSERT_EQ(ks[at], qkv[src + C]) << "k " << b << " " << h << " " << t << " " << i;
+          ASSERT_EQ(vs[at], qkv[src + 2 * C]) << "v " << b << " " << h << " " << t << " " << i;
+        }
+      }
+    }
+  }
+  Bf16Buffer back(std::vector<float>(3 * NC, NAN), 0);
+  PermuteBackward(launch, back.data(), q.data(), k.data(), v.data(), B, T, NH, hs);
+  EXPECT_EQ(back.values(), qkv);
+
+  // Unpermute (B,NH,T,hs) -> (B,T,C), then back.
+  Bf16Buffer y(std::vector<float>(NC, NAN), 0), y_back = y;
+  Unpermute(launch, y.data(), q.data(), B, T, NH, hs);
+  std::vector<float> q_rows(NC);  // q as (B,T,C): the first third of each qkv row
+  for (size_t n = 0; n < size_t{B} * T; n++)
+    std::copy_n(qkv.begin() + static_cast<std::ptrdiff_t>(n * 3 * C), C, q_rows.begin() + n * C);
+  EXPECT_EQ(y.values(), q_rows);
+  UnpermuteBackward(launch, y_back.data(), y.data(), B, T, NH, hs);
+  EXPECT_EQ(y_back.values(), qs);
+}
+
+// BH rows of T x T scores at `offset`: the causal softmax against a double-precision one, and
+// its backward; returns the two launches' names.
+std::vector<std::string> CheckSoftmax(int BH, int T, size_t offset, uint64_t seed) {
+  const float scale = 0.3f;
+  const size_t size = static_cast<size_t>(BH) * T * T;
+  const std::vector<float> scores = RandomBf16Values(size, seed, 3.0f);
+  const std::vector<float> dprobs = RandomBf16Values(size, seed + 1);
+  std::vector<std::string> launched;
+  const EmulatorLauncher launch{&launched};
+  Bf16Buffer att(scores, offset), datt(dprobs, offset);
+  SoftmaxForward(launch, att.data(), BH, T, scale);
+  SoftmaxBackward(launch, datt.data(), att.data(), BH, T, scale);
+
+  // The backward's reference starts from the kernel's (bf16) probabilities.
+  const std::vector<float> got_p = att.values();
+  std::vector<float> want_p(size), want_d(size);
+  for (size_t row = 0; row < static_cast<size_t>(BH) * T; row++) {
+    const int t = static_cast<int>(row % T);
+    const float* x = scores.data() + row * T;
+    double max = -INFINITY, sum = 0, weighted = 0;
+    for (int i = 0; i <= t; i++)
+      max = std::max(max, static_cast<double>(scale) * x[i]);
+    for (int i = 0; i <= t; i++)
+      sum += std::exp(static_cast<double>(scale) * x[i] - max);
+    for (int i = 0; i <= t; i++)
+      weighted += static_cast<double>(got_p[row * T + i]) * dprobs[row * T + i];
+    for (int i = 0; i < T; i++) {
+      want_p[row * T + i] =
+          i <= t ? static_cast<float>(std::exp(static_cast<double>(scale) * x[i] - max) / sum) : 0;
+      want_d[row * T + i] =
+          i <= t ? static_cast<float>(scale * got_p[row * T + i] * (dprobs[row * T + i] - weighted))
+                 : 0;
+    }
+  }
+  EXPECT_TRUE(Close("probabilities", got_p, want_p, kBf16Tolerance));
+  EXPECT_TRUE(Close("dscores", datt.values(), want_d, kBf16Tolerance));
+  return launched;
+}
+
+TEST(LayersEmulated, AttentionSoftmax) {
+  // T % 8 == 0 and aligned: packed; rows whose live part ends inside a pack, then zero packs.
+  EXPECT_EQ(CheckSoftmax(3, 40, 0, 90),
+            (std::vector<std::string>{"attention_softmax_forward (packed)",
+                                      "attention_softmax_backward (packed)"}));
+  // T past 32 packs (a lane takes two), and the general kernels at T % 8 != 0 and unaligned.
+  EXPECT_EQ(CheckSoftmax(1, 264, 0, 91)[0], "attention_softmax_forward (packed)");
+  EXPECT_EQ(CheckSoftmax(2, 37, 0, 92),
+            (std::vector<std::string>{"attention_softmax_forward", "attention_softmax_backward"}));
+  EXPECT_EQ(CheckSoftmax(2, 40, 1, 93)[0], "attention_softmax_forward");
+}
+
+// n values at `offset`; vectorized with a tail of n % 8 when aligned.
+void CheckGelu(int64_t n, size_t offset, uint64_t seed) {
+  const std::vector<float> inp = RandomBf16Values(n, seed, 2.0f);
+  const std::vector<float> dout = RandomBf16Values(n, seed + 1);
+  std::vector<std::string> launched;
+  const EmulatorLauncher launch{&launched};
+  Bf16Buffer d_inp(inp, offset), d_out(std::vector<float>(n, NAN), offset), d_d(dout, offset);
+  GeluForward(launch, d_out.data(), d_inp.data(), n);
+  GeluBackward(launch, d_d.data(), d_inp.data(), d_d.data(), n);  // in place, as the model does
+  std::vector<float> out(n), dinp(n);
+  cpu::gelu_forward(out.data(), inp.data(), n);
+  cpu::gelu_backward(dinp.data(), inp.data(), dout.data(), n);
+  EXPECT_TRUE(Close("out", d_out.values(), out, kBf16Tolerance));
+  EXPECT_TRUE(Close("dinp", d_d.values(), dinp, kBf16Tolerance));
+}
+
+TEST(LayersEmulated, Gelu) {
+  CheckGelu(8 * 300 + 5, 0, 100);  // packs over several blocks, then 5 values
+  CheckGelu(8 * 40, 0, 101);       // packs only
+  CheckGelu(301, 1, 102);          // unaligned: one value a thread
+}
+
+// N rows of V logits, ld apart (padded past V with a value the kernels must not touch).
+void CheckCrossEntropy(int N, int V, int ld, uint64_t seed) {
+  const std::vector<int32_t> targets = RandomIds(N, V, seed);
+  const std::vector<float> logits = RandomBf16Values(static_cast<size_t>(N) * V, seed + 1, 3.0f);
+  std::vector<float> padded(static_cast<size_t>(N) * ld, 7.0f);
+  for (int n = 0; n < N; n++)
+    std::copy_n(logits.begin() + static_cast<std::ptrdiff_t>(V) * n, V,
+                padded.begin() + static_cast<std::ptrdiff_t>(ld) * n);
+  const float dloss = 1.0f / N;
+  std::vector<std::string> launched;
+  const EmulatorLauncher launch{&launched};
+  Bf16Buffer d_logits(padded, 0);
+  std::vector<float> losses(N, NAN), lse(N, NAN), mean(1, NAN);
+  CrossEntropyForward(launch, losses.data(), lse.data(), d_logits.data(), ld, targets.data(), N, V);
+  MeanReduce(launch, mean.data(), losses.data(), N);
+  CrossEntropySoftmaxBackward(launch, d_logits.data(), ld, lse.data(), targets.data(), dloss, N, V);
+
+  std::vector<float> want_losses(N), want_lse(N);
+  cpu::crossentropy_forward(want_losses.data(), want_lse.data(), logits.data(), targets.data(), N,
+                            V);
+  EXPECT_TRUE(Close("losses", losses, want_losses, kFp32Tolerance));
+  EXPECT_TRUE(Close("lse", lse, want_lse, kFp32Tolerance));
+  double sum = 0;
+  for (float l : want_losses)
+    sum += l;
+  EXPECT_TRUE(Close("mean", mean, {static_cast<float>(sum / N)}, kFp32Tolerance));
+  std::vector<float> dlogits = logits;
+  cpu::crossentropy_softmax_backward(dlogits.data(), want_lse.data(), targets.data(), dloss, N, V);
+  const std::vector<float> got_padded = d_logits.values();
+  std::vector<float> got(static_cast<size_t>(N) * V);
+  for (int n = 0; n < N; n++) {
+    std::copy_n(got_padded.begin() + static_cast<std::ptrdiff_t>(ld) * n, V,
+                got.begin() + static_cast<std::ptrdiff_t>(V) * n);
+    for (int i = V; i < ld; i++)
+      ASSERT_EQ(got_padded[static_cast<size_t>(ld) * n + i], 7.0f) << "padding of row " << n;
+  }
+  EXPECT_TRUE(Close("dlogits", got, dlogits, kBf16Tolerance));
+}
+
+TEST(LayersEmulated, CrossEntropy) {
+  CheckCrossEntropy(6, 5000, 5000, 110);  // packs only; more than one pack a thread
+  CheckCrossEntropy(6, 4099, 4104, 111);  // packs, then V % 8 values one by one; padding
+  CheckCrossEntropy(6, 1003, 1005, 112);  // rows not 16-byte aligned: one value at a time
+  CheckCrossEntropy(3, 300, 304, 113);    // fewer packs than threads
+}
+
+// The global norm over chunks and the AdamW step of worker/train/adamw.h with clipping
+// (ClipToNorm), on the host, for one flat buffer of two tensors (one decays).
+TEST(LayersEmulated, GlobalNormAndAdamW) {
+  const int64_t n = 5000, split = 3000, chunk = 1024;
+  std::vector<ParamChunk> chunks;
+  auto add_tensor = [&](int64_t begin, int64_t end, int32_t decays) {
+    for (int64_t i = begin; i < end; i += chunk)
+      chunks.push_back({i, static_cast<int32_t>(std::min(chunk, end - i)), decays});
+  };
+  add_tensor(0, split, 1);
+  add_tensor(split, n, 0);
+  const int num_chunks = static_cast<int>(chunks.size());
+  std::vector<float> params = RandomBf16Values(n, 120);
+  const std::vector<float> grads = RandomBf16Values(n, 121, 0.1f);
+  std::vector<float> m = RandomBf16Values(n, 122, 0.01f);
+  std::vector<float> v = RandomBf16Values(n, 123, 1e-4f);
+  for (float& x : v)
+    x = std::abs(x);
+  AdamWArgs a{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0.0f, 0.0f};
+  const int t = 3;
+  a.correction1 = static_cast<float>(1.0 - std::pow(0.9, t));
+  a.correction2 = static_cast<float>(1.0 - std::pow(0.95, t));
+
+  std::vector<std::string> launched;
+  const EmulatorLauncher launch{&launched};
+  const std::vector<float> before = params;
+  std::vector<float> got_params = params, got_m = m, got_v = v, norm(1, NAN),
+                     partials(num_chunks, NAN);
+  Bf16Buffer got_bf16(std::vector<float>(n, NAN), 0);
+  GlobalNorm(launch, norm.data(), partials.data(), grads.data(), chunks.data(), num_chunks);
+  AdamWUpdate(launch, got_params.data(), got_bf16.data(), got_m.data(), got_v.data(), grads.data(),
+              norm.data(), chunks.data(), num_chunks, a);
+
+  double sum2 = 0;
+  for (float g : grads)
+    sum2 += static_cast<double>(g) * g;
+  const double want_norm = std::sqrt(sum2);
+  ASSERT_GT(want_norm, a.max_norm) << "the test means to exercise clipping";
+  const auto factor = static_cast<float>(a.max_norm / (want_norm + 1e-6));
+  for (int64_t i = 0; i < n; i++) {
+    const float g = grads[i] * factor;
+    m[i] = a.beta1 * m[i] + (1.0f - a.beta1) * g;
+    v[i] = a.beta2 * v[i] + (1.0f - a.beta2) * g * g;
+    const float decay = i < split ? a.weight_decay * params[i] : 0.0f;
+    params[i] -=
+        a.lr * ((m[i] / a.correction1) / (std::sqrt(v[i] / a.correction2) + a.eps) + decay);
+  }
+  EXPECT_TRUE(Close("norm", norm, {static_cast<float>(want_norm)}, kFp32Tolerance));
+  EXPECT_TRUE(Close("m", got_m, m, kFp32Tolerance));
+  EXPECT_TRUE(Close("v", got_v, v, kFp32Tolerance));
+  EXPECT_TRUE(Close("params", got_params, params, kFp32Tolerance));
+  EXPECT_TRUE(Close("params_bf16", got_bf16.values(), params, kBf16Tolerance));
+  // The updates themselves (about 1e-3 of the parameters, so a wrong weight decay, 1e-4 of
+  // them, hides in the comparison above), within what fp32 subtraction leaves of them.
+  std::vector<float> got_update(n), want_update(n);
+  for (int64_t i = 0; i < n; i++) {
+    got_update[i] = got_params[i] - before[i];
+    want_update[i] = params[i] - before[i];
+  }
+  EXPECT_TRUE(Close("update", got_update, want_update, 1e-3));
+}
+
+// The norm's last reduction, over more partial sums than the block has threads (the GPT has
+// some 1900 chunks): each thread sums several in order, then the tree over 1024 threads.
+TEST(LayersEmulated, NormFinishSumsEveryPartial) {
+  const std::vector<float> partials = RandomBf16Values(1500, 130);
+  double sum = 0;
+  for (float p : partials)
+    sum += static_cast<double>(p) * p;
+  std::vector<float> squares(partials.size()), norm(1, NAN);
+  for (size_t i = 0; i < partials.size(); i++)
+    squares[i] = partials[i] * partials[i];
+  std::vector<std::string> launched;
+  const EmulatorLauncher launch{&launched};
+  launch("global_norm (finish)", kNormFinishShape, NormFinishKernel, norm.data(),
+         static_cast<const float*>(squares.data()), static_cast<int>(squares.size()));
+  EXPECT_TRUE(Close("norm", norm, {static_cast<float>(std::sqrt(sum))}, kFp32Tolerance));
+}
+
+TEST(LayersEmulated, ConvertToBf16RoundsToNearestEven) {
+  // 1 + 2^-8 lies halfway between two bf16 values: it rounds to the even one, 1.
+  const std::vector<float> values = {1.0f + 1.0f / 256, 1.0f + 3.0f / 256, -2.5f, 0.0f, 65504.0f};
+  std::vector<std::string> launched;
+  Bf16Buffer out(std::vector<float>(values.size(), NAN), 0);
+  ConvertToBf16(EmulatorLauncher{&launched}, out.data(), values.data(),
+                static_cast<int64_t>(values.size()));
+  EXPECT_EQ(out.values(), (std::vector<float>{1.0f, 1.0f + 4.0f / 256, -2.5f, 0.0f, 65536.0f}));
+}
+
+}  // namespace
+}  // namespace tessera::model::cuda::layer_kernels
