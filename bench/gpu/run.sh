@@ -12,7 +12,8 @@
 #   3. speed: GPT-2 124M (seqLen 1024, bf16, batch $BATCH) tokens/s and MFU for Tessera
 #      (gpt_bench) and for PyTorch with torch.compile (torch_gpt.py), same config and batch;
 #   4. extras while the budget lasts: the attention kernels alone against PyTorch's
-#      (flash_bench, sdpa_bench.py), per-kernel profiles, the CPU overlap benchmark.
+#      (flash_bench, sdpa_bench.py), Nsight Compute's detail of the mma.sync attention kernels
+#      (flash-ncu.txt), per-kernel profiles, the CPU overlap benchmark.
 # The last line is exactly `ratio=<tessera tokens/s ÷ pytorch tokens/s> mfu=<tessera MFU>`
 # (targets: ratio >= 1.0, mfu >= 0.50). Raw output goes to $OUT (the device tool's folder
 # that comes back; default bench/results/local-<time>): run.log (everything), tests.xml,
@@ -24,7 +25,8 @@
 # ratio; ATTENTIONS, its older name, is read when VARIANTS is unset), BATCH (16), STEPS (20),
 # WARMUP (3), PEAK_TFLOPS (989, dense bf16 of an H100/H200 SXM), BUDGET_S (470: the whole
 # run's deadline), BUNDLE (path of the bundle),
-# BIN_DIR (use these binaries instead), PYTHON (python3), JOBS (nproc), SKIP_TESTS=1,
+# BIN_DIR (use these binaries instead), PYTHON (python3), JOBS (nproc), NCU (Nsight Compute's
+# ncu: on PATH, else the newest under /opt/nvidia/nsight-compute), SKIP_TESTS=1,
 # SKIP_TORCH=1, SKIP_EXTRAS=1 (none of the extras of 4.), FORCE_GPU_NAME (skip the
 # GPU check: to test this script where there is none).
 set -uo pipefail
@@ -289,6 +291,21 @@ if [[ "${SKIP_EXTRAS:-0}" != 1 ]] && [[ -x "$(exe flash_bench)" ]] && ((deadline
   if [[ "${SKIP_TORCH:-0}" != 1 ]] && run sdpa "$(budget 60 30)" env LD_LIBRARY_PATH="$orig_ld" \
     "$python" "$root/bench/gpu/sdpa_bench.py"; then
     say "$(grep '^sdpa ' "$stage_log" | tail -1)"
+  fi
+fi
+# Nsight Compute's detail of the mma.sync attention kernels (throughput, occupancy, warp
+# stalls, shared-memory bank conflicts: what tuning them needs), into $out/flash-ncu.txt; its
+# headline figures into the summary.
+ncu=${NCU:-$(command -v ncu || ls -d /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | sort -V | tail -1)}
+if [[ "${SKIP_EXTRAS:-0}" != 1 ]] && [[ -x "$(exe flash_bench)" ]] && [[ -x "$ncu" ]] &&
+  ((deadline - SECONDS > 150)); then
+  if run "flash kernels, Nsight Compute" "$(budget 60 90)" "$ncu" --set full -k regex:FlashMma \
+    --launch-count 4 "$(exe flash_bench)" --kernels mma --iters 1; then
+    cp "$stage_log" "$out/flash-ncu.txt"
+    grep -E '^ *(FlashMma|void .*FlashMma)|^ +(Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per Thread|Achieved Occupancy|Theoretical Occupancy) ' \
+      "$stage_log" | sed 's/^ */  /' >>"$summary"
+  else
+    say "extras: the Nsight Compute detail of the flash kernels did not finish (see run.log)"
   fi
 fi
 # The per-kernel profile of a Tessera step (bench/gpu/profile.sh, Nsight Compute) into
