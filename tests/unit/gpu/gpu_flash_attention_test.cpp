@@ -2,16 +2,18 @@
 // against the CPU reference of worker/model/cpu/layers.h, as GpuLayers.AttentionForwardAndBackward
 // checks the matmul attention: fresh random bf16 inputs, relative error within kBf16Tolerance.
 // Shapes: the tests' head size (32), a T that is not a multiple of the 64-row tile, GPT-2's
-// head size (64), and several sequences with a ragged end. Both kernel sets (FlashKernels).
+// head size (64), and several sequences with a ragged end. Every kernel set (FlashKernels).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <ostream>
 #include <random>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "tests/unit/gpu/gpu_test_util.h"
@@ -22,7 +24,7 @@ namespace tessera::model::cuda {
 
 // Test names and messages show the kernel set (found by argument-dependent lookup).
 void PrintTo(FlashKernels kernels, std::ostream* os) {
-  *os << (kernels == FlashKernels::kWmma ? "wmma" : "mma");
+  *os << FlashKernelsName(kernels);
 }
 
 namespace {
@@ -116,9 +118,12 @@ TEST_P(GpuFlashAttention, MatchesTheCpuReferenceWithSeveralSequencesAndARaggedEn
 }
 
 INSTANTIATE_TEST_SUITE_P(Gpu, GpuFlashAttention,
-                         ::testing::Values(FlashKernels::kWmma, FlashKernels::kMma),
+                         ::testing::Values(FlashKernels::kWmma, FlashKernels::kMma,
+                                           FlashKernels::kMma32),
                          [](const ::testing::TestParamInfo<FlashKernels>& info) {
-                           return info.param == FlashKernels::kWmma ? "Wmma" : "Mma";
+                           std::string name = FlashKernelsName(info.param);
+                           name[0] = static_cast<char>(std::toupper(name[0]));
+                           return name;
                          });
 
 TEST(GpuFlashAttentionShapes, RefusesAnUnsupportedHeadSizeBeforeLaunching) {
@@ -127,7 +132,7 @@ TEST(GpuFlashAttentionShapes, RefusesAnUnsupportedHeadSizeBeforeLaunching) {
   DeviceBf16 dqkv(size_t{8} * 3 * 96);
   DeviceArray<float> lse(8), delta(8), dq(size_t{8} * 96);
   // hs = 96 / 6 = 16.
-  for (FlashKernels kernels : {FlashKernels::kWmma, FlashKernels::kMma}) {
+  for (FlashKernels kernels : {FlashKernels::kWmma, FlashKernels::kMma, FlashKernels::kMma32}) {
     EXPECT_THROW(flash_attention_forward(out.as<bf16>(), lse.get(), qkv.as<bf16>(), 1, 8, 96, 6,
                                          nullptr, kernels),
                  std::invalid_argument);

@@ -25,7 +25,8 @@ using warp_emu::test::RandomBf16Values;
 using warp_emu::test::ToBits;
 using warp_emu::test::ToFloats;
 
-template <int HS>
+// kRowTiles: the forward's row tiles of 16 a warp (1: kMma, 2: kMma32; one backward).
+template <int HS, int kRowTiles = 1>
 void CheckAgainstCpu(int B, int T, int NH, uint64_t seed) {
   const int C = NH * HS;
   const size_t N = static_cast<size_t>(B) * T;
@@ -42,10 +43,11 @@ void CheckAgainstCpu(int B, int T, int NH, uint64_t seed) {
   warp_emu::LaunchConfig forward;
   forward.grid_x = static_cast<unsigned>((T + kForwardQueries - 1) / kForwardQueries);
   forward.grid_y = static_cast<unsigned>(B * NH);
-  forward.threads = kForwardThreads;
+  forward.threads = ForwardThreads<kRowTiles>();
   forward.shared_bytes = ForwardSharedBytes<HS>();
   warp_emu::Launch(forward, [&] {
-    FlashMmaForwardKernel<HS>(out_bits.data(), lse.data(), qkv_bits.data(), T, NH, scale * kLog2e);
+    FlashMmaForwardKernel<HS, kRowTiles>(out_bits.data(), lse.data(), qkv_bits.data(), T, NH,
+                                         scale * kLog2e);
   });
 
   // Backward: D = rowsum(dout * out) as FlashDeltaKernel computes it, dq accumulated in fp32.
@@ -140,6 +142,17 @@ TEST(FlashMmaEmulated, SeveralBlocksAndSequences) {
 // A T below one 16-row warp slice: most warps of the forward block lie wholly past T.
 TEST(FlashMmaEmulated, ShortSequence) {
   CheckAgainstCpu<32>(2, 5, 2, 14);
+}
+
+// The forward with two row tiles a warp (kMma32): the same shapes, so each row tile meets
+// partial key tiles, warps past T, a second row tile past T while the first is not (T = 100
+// and T = 5), and key tiles needed by the second row tile only.
+TEST(FlashMmaEmulated, TwoRowTilesAWarp) {
+  CheckAgainstCpu<32, 2>(1, 64, 2, 21);
+  CheckAgainstCpu<64, 2>(1, 100, 2, 22);
+  CheckAgainstCpu<64, 2>(2, 200, 1, 23);
+  CheckAgainstCpu<32, 2>(2, 5, 2, 24);
+  CheckAgainstCpu<32, 2>(1, 24, 1, 25);
 }
 
 }  // namespace

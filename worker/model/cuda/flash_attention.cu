@@ -534,16 +534,17 @@ void LaunchBackward(bf16* dinp, float* dq_accum, const bf16* dout, const bf16* i
   CheckLaunch("flash_attention_backward");
 }
 
-template <int HS>
+template <int HS, int kRowTiles>
 void LaunchMmaForward(bf16* out, float* lse, const bf16* inp, int B, int T, int NH,
                       cudaStream_t stream) {
   constexpr size_t bytes = flash_mma::ForwardSharedBytes<HS>();
-  SetSharedBytes(flash_mma::FlashMmaForwardKernel<HS>, bytes,
+  SetSharedBytes(flash_mma::FlashMmaForwardKernel<HS, kRowTiles>, bytes,
                  "flash_attention_forward shared memory");
   const dim3 grid(Blocks(T, flash_mma::kForwardQueries), static_cast<unsigned>(B * NH));
   const float scale_log2 = kLog2e / sqrtf(static_cast<float>(HS));
-  flash_mma::FlashMmaForwardKernel<HS><<<grid, flash_mma::kForwardThreads, bytes, stream>>>(
-      Bits(out), lse, Bits(inp), T, NH, scale_log2);
+  flash_mma::FlashMmaForwardKernel<HS, kRowTiles>
+      <<<grid, flash_mma::ForwardThreads<kRowTiles>(), bytes, stream>>>(Bits(out), lse, Bits(inp),
+                                                                        T, NH, scale_log2);
   CheckLaunch("flash_attention_forward (mma)");
 }
 
@@ -571,9 +572,13 @@ void flash_attention_forward(bf16* out, float* lse, const bf16* inp, int B, int 
   CheckAligned(what, "out", out);
   CheckDevice(what);
   if (kernels == FlashKernels::kMma && hs == 32)
-    LaunchMmaForward<32>(out, lse, inp, B, T, NH, stream);
+    LaunchMmaForward<32, 1>(out, lse, inp, B, T, NH, stream);
   else if (kernels == FlashKernels::kMma)
-    LaunchMmaForward<64>(out, lse, inp, B, T, NH, stream);
+    LaunchMmaForward<64, 1>(out, lse, inp, B, T, NH, stream);
+  else if (kernels == FlashKernels::kMma32 && hs == 32)
+    LaunchMmaForward<32, 2>(out, lse, inp, B, T, NH, stream);
+  else if (kernels == FlashKernels::kMma32)
+    LaunchMmaForward<64, 2>(out, lse, inp, B, T, NH, stream);
   else if (hs == 32)
     LaunchForward<32>(out, lse, inp, B, T, NH, stream);
   else
@@ -596,9 +601,10 @@ void flash_attention_backward(bf16* dinp, float* delta_scratch, float* dq_scratc
   CheckLaunch("flash_attention_backward (delta)");
   CheckCuda(cudaMemsetAsync(dq_scratch, 0, static_cast<size_t>(N) * C * sizeof(float), stream),
             "flash_attention_backward (zero dq)", __FILE__, __LINE__);
-  if (kernels == FlashKernels::kMma && hs == 32)
+  const bool mma = kernels == FlashKernels::kMma || kernels == FlashKernels::kMma32;
+  if (mma && hs == 32)
     LaunchMmaBackward<32>(dinp, dq_scratch, dout, inp, lse, delta_scratch, B, T, NH, stream);
-  else if (kernels == FlashKernels::kMma)
+  else if (mma)
     LaunchMmaBackward<64>(dinp, dq_scratch, dout, inp, lse, delta_scratch, B, T, NH, stream);
   else if (hs == 32)
     LaunchBackward<32>(dinp, dq_scratch, dout, inp, lse, delta_scratch, B, T, NH, stream);

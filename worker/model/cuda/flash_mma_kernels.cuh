@@ -26,11 +26,9 @@ namespace tessera::model::cuda::flash_mma {
 
 using warp::Bf16Bits;
 
-constexpr int kKeyTile = 64;    // keys per shared tile (forward)
-constexpr int kQueryTile = 64;  // queries per shared tile (backward)
-constexpr int kForwardWarps = 8;
-constexpr int kForwardThreads = kForwardWarps * warp::kWarpSize;
-constexpr int kForwardQueries = 16 * kForwardWarps;  // per block: 16 rows a warp
+constexpr int kKeyTile = 64;          // keys per shared tile (forward)
+constexpr int kQueryTile = 64;        // queries per shared tile (backward)
+constexpr int kForwardQueries = 128;  // per block
 constexpr int kBackwardWarps = 8;
 constexpr int kBackwardThreads = kBackwardWarps * warp::kWarpSize;
 constexpr int kBackwardKeys = 16 * kBackwardWarps;  // per block: 16 keys a warp
@@ -39,6 +37,13 @@ constexpr int kLdScores = kQueryTile + kPad;  // row stride of the backward's dS
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
+// Forward warps own kRowTiles tiles of 16 query rows each: 8 warps of one tile (kMma), or 4
+// warps of two (kMma32), which use each k and v fragment loaded from shared memory for twice
+// the products.
+template <int kRowTiles>
+TESSERA_HOST_DEVICE constexpr int ForwardThreads() {
+  return kForwardQueries / (16 * kRowTiles) * warp::kWarpSize;
+}
 template <int HS>
 TESSERA_HOST_DEVICE constexpr int LdHead() {
   return HS + kPad;  // row stride of a (rows, HS) tile of q, k, v or dO
@@ -117,48 +122,65 @@ TESSERA_DEVICE void AccumulatorToA(uint32_t a[4], const float (&lo)[4], const fl
   a[2] = warp::PackBf16x2(hi[0], hi[1]);
   a[3] = warp::PackBf16x2(hi[2], hi[3]);
 }
-// acc (16, 8 * N) += A (16, HS) as fragments a[HS / 16] x B, where B's (HS, 8 * N) chunks are
-// rows of `tile` (see BFragmentRowsAsColumns): n-chunk pairs from column n0.
-template <int HS, int N>
-TESSERA_DEVICE void MmaRowsAsColumns(float (&acc)[N][4], const uint32_t (&a)[HS / 16][4],
+// For each of M row tiles m: acc[m] (16, 8 * N) += A_m (16, HS) as fragments a[m][HS / 16] x B,
+// where B's (HS, 8 * N) chunks are rows of `tile` (see BFragmentRowsAsColumns). Each B
+// fragment is loaded once for the M tiles.
+template <int HS, int M, int N>
+TESSERA_DEVICE void MmaRowsAsColumns(float (&acc)[M][N][4], const uint32_t (&a)[M][HS / 16][4],
                                      const Bf16Bits* tile, int lane) {
+  TESSERA_UNROLL
   for (int nn = 0; nn < N / 2; nn++) {
+    TESSERA_UNROLL
     for (int kk = 0; kk < HS / 16; kk++) {
       uint32_t b[4];
       warp::LdMatrixX4(b, BFragmentRowsAsColumns(tile, LdHead<HS>(), nn * 16, kk * 16, lane));
-      warp::Mma16816(acc[2 * nn], a[kk], b);
-      warp::Mma16816(acc[2 * nn + 1], a[kk], b + 2);
+      TESSERA_UNROLL
+      for (int m = 0; m < M; m++) {
+        warp::Mma16816(acc[m][2 * nn], a[m][kk], b);
+        warp::Mma16816(acc[m][2 * nn + 1], a[m][kk], b + 2);
+      }
     }
   }
 }
-// acc (16, 8N) += A (16, 16K) x tile rows [0, 16K), columns [col0, col0 + 8N) of a tile with
-// rows of HS (row stride LdHead<HS>); A given as 16x16 blocks a[K].
-template <int HS, int K, int N>
-TESSERA_DEVICE void MmaTimesRows(float (&acc)[N][4], const uint32_t (&a)[K][4],
+// For each of M row tiles m: acc[m] (16, 8N) += A_m (16, 16K) x tile rows [0, 16K), columns
+// [col0, col0 + 8N) of a tile with rows of HS (row stride LdHead<HS>); A_m given as 16x16
+// blocks a[m][K]. Each B fragment is loaded once for the M tiles.
+template <int HS, int M, int K, int N>
+TESSERA_DEVICE void MmaTimesRows(float (&acc)[M][N][4], const uint32_t (&a)[M][K][4],
                                  const Bf16Bits* tile, int lane, int col0 = 0) {
   static_assert(N % 2 == 0, "column chunks come in pairs");
+  TESSERA_UNROLL
   for (int kk = 0; kk < K; kk++) {
+    TESSERA_UNROLL
     for (int nd = 0; nd < N / 2; nd++) {
       uint32_t b[4];
       warp::LdMatrixX4Trans(b, BFragmentRows(tile, LdHead<HS>(), kk * 16, col0 + nd * 16, lane));
-      warp::Mma16816(acc[2 * nd], a[kk], b);
-      warp::Mma16816(acc[2 * nd + 1], a[kk], b + 2);
+      TESSERA_UNROLL
+      for (int m = 0; m < M; m++) {
+        warp::Mma16816(acc[m][2 * nd], a[m][kk], b);
+        warp::Mma16816(acc[m][2 * nd + 1], a[m][kk], b + 2);
+      }
     }
   }
 }
 
 // ---------------------------------------------------------------------------------------
-// Forward. Grid (query blocks of kForwardQueries, B*NH), kForwardThreads threads; the heaviest
-// blocks (last queries) go first. Warp w owns query rows q0 + 16w .. +15 and holds their q as
-// A fragments; for each key tile of 64 at or below its rows: S = q k^T (16 x 64) in
-// accumulators, scale, causal mask, online softmax (base 2) on the lane's rows g and g + 8
-// (the four lanes of a row combine by shuffles), then O += P v with P straight from the
+// Forward. Grid (query blocks of kForwardQueries, B*NH), ForwardThreads<kRowTiles>() threads;
+// the heaviest blocks (last queries) go first. Warp w owns query rows r0 = q0 + 16 kRowTiles w
+// .. + 16 kRowTiles - 1, in kRowTiles tiles of 16, and holds their q as A fragments; for each
+// key tile of 64 at or below its rows: S = q k^T (16 x 64 a row tile) in accumulators, scale,
+// causal mask, online softmax (base 2) on the lane's rows g and g + 8 of each row tile (the
+// four lanes of a row combine by shuffles), then O += P v with P straight from the
 // accumulators.
-template <int HS>
-TESSERA_KERNEL(kForwardThreads, 2)
+template <int HS, int kRowTiles>
+TESSERA_KERNEL(ForwardThreads<kRowTiles>(), 2)
 FlashMmaForwardKernel(Bf16Bits* out, float* lse, const Bf16Bits* inp, int T, int NH,
                       float scale_log2) {
   static_assert(HS == 32 || HS == 64, "head sizes 32 and 64");
+  static_assert(kRowTiles == 1 || kRowTiles == 2, "one or two row tiles a warp");
+  static_assert(kKeyTile % (16 * kRowTiles) == 0, "a processed key tile starts at or before r0");
+  constexpr int kThreads = ForwardThreads<kRowTiles>();
+  constexpr int kWarpRows = 16 * kRowTiles;
   constexpr int kLd = LdHead<HS>();
   constexpr int kKeyChunks = kKeyTile / 8;  // 8-key accumulator chunks of S
   constexpr size_t kTileBytes = HeadTileBytes<HS>(kKeyTile);
@@ -187,37 +209,54 @@ FlashMmaForwardKernel(Bf16Bits* out, float* lse, const Bf16Bits* inp, int T, int
   const int lane = static_cast<int>(warp::ThreadIdx()) % warp::kWarpSize;
   const int g = lane / 4;
   const int t = lane % 4;
-  const int r0 = q0 + 16 * warp_id;  // the warp's first query row
-  const int row[2] = {r0 + g, r0 + g + 8};
+  const int r0 = q0 + kWarpRows * warp_id;  // the warp's first query row
+  int row[kRowTiles][2];                    // the lane's rows g and g + 8 of each row tile
+  TESSERA_UNROLL
+  for (int i = 0; i < kRowTiles; i++) {
+    row[i][0] = r0 + 16 * i + g;
+    row[i][1] = r0 + 16 * i + g + 8;
+  }
 
   // Key tiles: the block needs those up to its last valid row, the warp those up to its own.
   const int block_last = (q0 + kForwardQueries < T ? q0 + kForwardQueries : T) - 1;
   const int last_tile = block_last / kKeyTile;
-  const int warp_last_tile = r0 < T ? ((r0 + 15 < T ? r0 + 15 : T - 1) / kKeyTile) : -1;
+  const int warp_last_tile =
+      r0 < T ? ((r0 + kWarpRows - 1 < T ? r0 + kWarpRows - 1 : T - 1) / kKeyTile) : -1;
 
   // q of the block through stage 1 (its k and v tiles are contiguous) into A fragments, while
   // key tile 0 comes into stage 0.
-  LoadRowsAsync<HS>(sk(1), q, stride, q0, kForwardQueries, T, kForwardThreads);
-  LoadRowsAsync<HS>(sk(0), k, stride, 0, kKeyTile, T, kForwardThreads);
-  LoadRowsAsync<HS>(sv(0), v, stride, 0, kKeyTile, T, kForwardThreads);
+  LoadRowsAsync<HS>(sk(1), q, stride, q0, kForwardQueries, T, kThreads);
+  LoadRowsAsync<HS>(sk(0), k, stride, 0, kKeyTile, T, kThreads);
+  LoadRowsAsync<HS>(sv(0), v, stride, 0, kKeyTile, T, kThreads);
   warp::CpAsyncCommit();
   warp::CpAsyncWait<0>();
   warp::SyncThreads();
-  uint32_t qa[HS / 16][4];
-  for (int kk = 0; kk < HS / 16; kk++)
-    warp::LdMatrixX4(qa[kk], AFragmentRow(sk(1), kLd, 16 * warp_id, kk * 16, lane));
+  uint32_t qa[kRowTiles][HS / 16][4];
+  TESSERA_UNROLL
+  for (int i = 0; i < kRowTiles; i++) {
+    TESSERA_UNROLL
+    for (int kk = 0; kk < HS / 16; kk++) {
+      warp::LdMatrixX4(qa[i][kk],
+                       AFragmentRow(sk(1), kLd, kWarpRows * warp_id + 16 * i, kk * 16, lane));
+    }
+  }
 
-  float o[HS / 8][4] = {};
-  float m[2] = {-INFINITY, -INFINITY};  // running row maxima of the scaled scores, base 2
-  float l[2] = {0.0f, 0.0f};            // this lane's share of the running row sums
+  float o[kRowTiles][HS / 8][4] = {};
+  float m[kRowTiles][2];  // running row maxima of the scaled scores, base 2
+  float l[kRowTiles][2];  // this lane's share of the running row sums
+  TESSERA_UNROLL
+  for (int i = 0; i < kRowTiles; i++) {
+    m[i][0] = m[i][1] = -INFINITY;
+    l[i][0] = l[i][1] = 0.0f;
+  }
 
   for (int kt = 0; kt <= last_tile; kt++) {
     const int k0 = kt * kKeyTile;
     const int stage = kt % 2;
     warp::SyncThreads();  // the other stage (the staged q, or tile kt - 1) is consumed
     if (kt < last_tile) {
-      LoadRowsAsync<HS>(sk(1 - stage), k, stride, k0 + kKeyTile, kKeyTile, T, kForwardThreads);
-      LoadRowsAsync<HS>(sv(1 - stage), v, stride, k0 + kKeyTile, kKeyTile, T, kForwardThreads);
+      LoadRowsAsync<HS>(sk(1 - stage), k, stride, k0 + kKeyTile, kKeyTile, T, kThreads);
+      LoadRowsAsync<HS>(sv(1 - stage), v, stride, k0 + kKeyTile, kKeyTile, T, kThreads);
     }
     warp::CpAsyncCommit();
     warp::CpAsyncWait<1>();  // tile kt is in (only tile kt + 1 may still be in flight)
@@ -225,67 +264,86 @@ FlashMmaForwardKernel(Bf16Bits* out, float* lse, const Bf16Bits* inp, int T, int
     if (kt > warp_last_tile)
       continue;  // warp-uniform: every key of the tile lies after the warp's rows
 
-    float s[kKeyChunks][4] = {};
+    float s[kRowTiles][kKeyChunks][4] = {};
     MmaRowsAsColumns<HS>(s, qa, sk(stage), lane);
 
-    // Scale and mask (keys after the row; only tiles reaching past r0 have any), row maxima.
-    const bool masked = k0 + kKeyTile - 1 > r0;
-    float tile_max[2] = {-INFINITY, -INFINITY};
-    for (int j = 0; j < kKeyChunks; j++) {
-      for (int e = 0; e < 4; e++) {
-        const int key = k0 + 8 * j + 2 * t + (e & 1);
-        float x = s[j][e] * scale_log2;
-        if (masked && key > row[e / 2])
-          x = -INFINITY;
-        s[j][e] = x;
-        tile_max[e / 2] = warp::Max(tile_max[e / 2], x);
+    uint32_t pa[kRowTiles][kKeyTile / 16][4];
+    TESSERA_UNROLL
+    for (int i = 0; i < kRowTiles; i++) {
+      // Scale and mask (keys after the row; only tiles reaching past the row tile's first row
+      // have any), row maxima.
+      const bool masked = k0 + kKeyTile - 1 > r0 + 16 * i;
+      float tile_max[2] = {-INFINITY, -INFINITY};
+      TESSERA_UNROLL
+      for (int j = 0; j < kKeyChunks; j++) {
+        TESSERA_UNROLL
+        for (int e = 0; e < 4; e++) {
+          const int key = k0 + 8 * j + 2 * t + (e & 1);
+          float x = s[i][j][e] * scale_log2;
+          if (masked && key > row[i][e / 2])
+            x = -INFINITY;
+          s[i][j][e] = x;
+          tile_max[e / 2] = warp::Max(tile_max[e / 2], x);
+        }
       }
-    }
-    float alpha[2];
-    for (int i = 0; i < 2; i++) {
-      tile_max[i] = warp::Max(tile_max[i], warp::ShflXor(tile_max[i], 1));
-      tile_max[i] = warp::Max(tile_max[i], warp::ShflXor(tile_max[i], 2));
-      // Finite: key k0 <= every row of the warp (k0 and r0 are multiples of 16, k0 <= r0 + 15).
-      const float m_new = warp::Max(m[i], tile_max[i]);
-      alpha[i] = warp::Exp2(m[i] - m_new);  // 0 on the first tile (m = -inf)
-      m[i] = m_new;
-      l[i] *= alpha[i];
-    }
-    for (int j = 0; j < kKeyChunks; j++) {
-      for (int e = 0; e < 4; e++) {
-        const float p = warp::Exp2(s[j][e] - m[e / 2]);  // exp2(-inf) = 0 where masked
-        s[j][e] = p;
-        l[e / 2] += p;
+      float alpha[2];
+      TESSERA_UNROLL
+      for (int r = 0; r < 2; r++) {
+        tile_max[r] = warp::Max(tile_max[r], warp::ShflXor(tile_max[r], 1));
+        tile_max[r] = warp::Max(tile_max[r], warp::ShflXor(tile_max[r], 2));
+        // Finite: k0 <= r0 (both multiples of 16 kRowTiles, k0 <= the warp's last row), so
+        // key k0 precedes every row.
+        const float m_new = warp::Max(m[i][r], tile_max[r]);
+        alpha[r] = warp::Exp2(m[i][r] - m_new);  // 0 on the first tile (m = -inf)
+        m[i][r] = m_new;
+        l[i][r] *= alpha[r];
       }
+      TESSERA_UNROLL
+      for (int j = 0; j < kKeyChunks; j++) {
+        TESSERA_UNROLL
+        for (int e = 0; e < 4; e++) {
+          const float p = warp::Exp2(s[i][j][e] - m[i][e / 2]);  // exp2(-inf) = 0 where masked
+          s[i][j][e] = p;
+          l[i][e / 2] += p;
+        }
+      }
+      TESSERA_UNROLL
+      for (int n = 0; n < HS / 8; n++) {
+        o[i][n][0] *= alpha[0];
+        o[i][n][1] *= alpha[0];
+        o[i][n][2] *= alpha[1];
+        o[i][n][3] *= alpha[1];
+      }
+      TESSERA_UNROLL
+      for (int kk = 0; kk < kKeyTile / 16; kk++)
+        AccumulatorToA(pa[i][kk], s[i][2 * kk], s[i][2 * kk + 1]);
     }
-    for (int n = 0; n < HS / 8; n++) {
-      o[n][0] *= alpha[0];
-      o[n][1] *= alpha[0];
-      o[n][2] *= alpha[1];
-      o[n][3] *= alpha[1];
-    }
-
-    // O (16, HS) += P (16, 64) v (64, HS).
-    uint32_t pa[kKeyTile / 16][4];
-    for (int kk = 0; kk < kKeyTile / 16; kk++)
-      AccumulatorToA(pa[kk], s[2 * kk], s[2 * kk + 1]);
+    // O (16, HS) += P (16, 64) v (64, HS) for each row tile.
     MmaTimesRows<HS>(o, pa, sv(stage), lane);
   }
 
   // Whole-row sums, then out = O / l and lse = (m + log2 l) ln 2 for the valid rows.
-  for (int i = 0; i < 2; i++) {
-    l[i] += warp::ShflXor(l[i], 1);
-    l[i] += warp::ShflXor(l[i], 2);
-  }
-  for (int i = 0; i < 2; i++) {
-    if (row[i] >= T)
-      continue;
-    const float inv = 1.0f / l[i];  // l >= 1: the row's maximum contributes exp2(0)
-    Bf16Bits* dst = out + (static_cast<int64_t>(b) * T + row[i]) * C + h * HS + 2 * t;
-    for (int n = 0; n < HS / 8; n++)
-      warp::Store32(dst + 8 * n, warp::PackBf16x2(o[n][2 * i] * inv, o[n][2 * i + 1] * inv));
-    if (t == 0)
-      lse[static_cast<int64_t>(bh) * T + row[i]] = (m[i] + warp::Log2(l[i])) * kLn2;
+  TESSERA_UNROLL
+  for (int i = 0; i < kRowTiles; i++) {
+    TESSERA_UNROLL
+    for (int r = 0; r < 2; r++) {
+      l[i][r] += warp::ShflXor(l[i][r], 1);
+      l[i][r] += warp::ShflXor(l[i][r], 2);
+    }
+    TESSERA_UNROLL
+    for (int r = 0; r < 2; r++) {
+      if (row[i][r] >= T)
+        continue;
+      const float inv = 1.0f / l[i][r];  // l >= 1: the row's maximum contributes exp2(0)
+      Bf16Bits* dst = out + (static_cast<int64_t>(b) * T + row[i][r]) * C + h * HS + 2 * t;
+      TESSERA_UNROLL
+      for (int n = 0; n < HS / 8; n++) {
+        warp::Store32(dst + 8 * n,
+                      warp::PackBf16x2(o[i][n][2 * r] * inv, o[i][n][2 * r + 1] * inv));
+      }
+      if (t == 0)
+        lse[static_cast<int64_t>(bh) * T + row[i][r]] = (m[i][r] + warp::Log2(l[i][r])) * kLn2;
+    }
   }
 }
 
@@ -371,14 +429,17 @@ FlashMmaBackwardKernel(Bf16Bits* dinp, float* dq_accum, const Bf16Bits* dout, co
   warp::CpAsyncCommit();
   warp::CpAsyncWait<0>();
   warp::SyncThreads();
-  uint32_t ka[HS / 16][4];
-  uint32_t va[HS / 16][4];
+  // One row tile of 16 keys a warp: the products' operands are arrays of one tile.
+  uint32_t ka[1][HS / 16][4];
+  uint32_t va[1][HS / 16][4];
   for (int kk = 0; kk < HS / 16; kk++) {
-    warp::LdMatrixX4(ka[kk], AFragmentRow(sk, kLd, 16 * warp_id, kk * 16, lane));
-    warp::LdMatrixX4(va[kk], AFragmentRow(sq(1), kLd, 16 * warp_id, kk * 16, lane));
+    warp::LdMatrixX4(ka[0][kk], AFragmentRow(sk, kLd, 16 * warp_id, kk * 16, lane));
+    warp::LdMatrixX4(va[0][kk], AFragmentRow(sq(1), kLd, 16 * warp_id, kk * 16, lane));
   }
-  float dk[HS / 8][4] = {};
-  float dv[HS / 8][4] = {};
+  float dk_tile[1][HS / 8][4] = {};
+  float dv_tile[1][HS / 8][4] = {};
+  auto& dk = dk_tile[0];
+  auto& dv = dv_tile[0];
 
   for (int qt = first_qtile; qt < num_qtiles; qt++) {
     const int q0 = qt * kQueryTile;
@@ -405,8 +466,9 @@ FlashMmaBackwardKernel(Bf16Bits* dinp, float* dq_accum, const Bf16Bits* dout, co
     } else {
       // S^T (16 keys, 64 queries) = k q^T, then P^T in place: zero where the query precedes
       // the key or lies past T.
-      float p[kQueryChunks][4] = {};
-      MmaRowsAsColumns<HS>(p, ka, sq_t, lane);
+      float p_tile[1][kQueryChunks][4] = {};
+      auto& p = p_tile[0];
+      MmaRowsAsColumns<HS>(p_tile, ka, sq_t, lane);
       for (int j = 0; j < kQueryChunks; j++) {
         for (int e = 0; e < 4; e++) {
           const int c = 8 * j + 2 * t + (e & 1);
@@ -416,27 +478,28 @@ FlashMmaBackwardKernel(Bf16Bits* dinp, float* dq_accum, const Bf16Bits* dout, co
         }
       }
       // dV (16, HS) += P^T dO.
-      uint32_t pa[kQueryTile / 16][4];
+      uint32_t pa[1][kQueryTile / 16][4];
       for (int kk = 0; kk < kQueryTile / 16; kk++)
-        AccumulatorToA(pa[kk], p[2 * kk], p[2 * kk + 1]);
-      MmaTimesRows<HS>(dv, pa, sdo_t, lane);
+        AccumulatorToA(pa[0][kk], p[2 * kk], p[2 * kk + 1]);
+      MmaTimesRows<HS>(dv_tile, pa, sdo_t, lane);
 
       // dP^T (16 keys, 64 queries) = v dO^T, then dS^T = P^T (dP^T - D) in place.
-      float ds[kQueryChunks][4] = {};
-      MmaRowsAsColumns<HS>(ds, va, sdo_t, lane);
+      float ds_tile[1][kQueryChunks][4] = {};
+      auto& ds = ds_tile[0];
+      MmaRowsAsColumns<HS>(ds_tile, va, sdo_t, lane);
       for (int j = 0; j < kQueryChunks; j++) {
         for (int e = 0; e < 4; e++)
           ds[j][e] = p[j][e] * (ds[j][e] - sdelta_t[8 * j + 2 * t + (e & 1)]);
       }
       // dK (16, HS) += dS^T q (the scale at the end); dS^T into shared memory for dQ.
-      uint32_t dsa[kQueryTile / 16][4];
+      uint32_t dsa[1][kQueryTile / 16][4];
       for (int kk = 0; kk < kQueryTile / 16; kk++)
-        AccumulatorToA(dsa[kk], ds[2 * kk], ds[2 * kk + 1]);
-      MmaTimesRows<HS>(dk, dsa, sq_t, lane);
+        AccumulatorToA(dsa[0][kk], ds[2 * kk], ds[2 * kk + 1]);
+      MmaTimesRows<HS>(dk_tile, dsa, sq_t, lane);
       for (int j = 0; j < kQueryChunks; j++) {
         const int c = 8 * j + 2 * t;
-        warp::Store32(sds_warp + g * kLdScores + c, dsa[j / 2][(j % 2) * 2]);
-        warp::Store32(sds_warp + (g + 8) * kLdScores + c, dsa[j / 2][(j % 2) * 2 + 1]);
+        warp::Store32(sds_warp + g * kLdScores + c, dsa[0][j / 2][(j % 2) * 2]);
+        warp::Store32(sds_warp + (g + 8) * kLdScores + c, dsa[0][j / 2][(j % 2) * 2 + 1]);
       }
     }
     warp::SyncThreads();  // dS^T of all 128 keys is in place
@@ -446,14 +509,15 @@ FlashMmaBackwardKernel(Bf16Bits* dinp, float* dq_accum, const Bf16Bits* dout, co
     // tile.
     const int q_slice = 16 * (warp_id % 4);
     const int d_half = (warp_id / 4) * (HS / 2);
-    float dq[HS / 16][4] = {};
-    uint32_t dqa[kBackwardKeys / 16][4];
+    float dq_tile[1][HS / 16][4] = {};
+    auto& dq = dq_tile[0];
+    uint32_t dqa[1][kBackwardKeys / 16][4];
     for (int kk = 0; kk < kBackwardKeys / 16; kk++) {
       const Bf16Bits* row_address =
           sds + (16 * kk + lane % 8 + 8 * (lane / 16)) * kLdScores + q_slice + 8 * ((lane / 8) % 2);
-      warp::LdMatrixX4Trans(dqa[kk], row_address);
+      warp::LdMatrixX4Trans(dqa[0][kk], row_address);
     }
-    MmaTimesRows<HS>(dq, dqa, sk, lane, d_half);
+    MmaTimesRows<HS>(dq_tile, dqa, sk, lane, d_half);
     for (int i = 0; i < 2; i++) {
       const int query = q0 + q_slice + g + 8 * i;
       if (query >= T)

@@ -173,11 +173,26 @@ void attention_softmax_backward(bf16* datt, const bf16* att, int BH, int T, floa
 // No (T,T) matrix in memory: scores are computed per 64-key tile on tensor cores (bf16 inputs,
 // fp32 accumulation) with an online softmax in fp32. Two implementations (FlashKernels):
 // kWmma (flash_attention.cu: nvcuda::wmma, every score tile through shared memory) and kMma
-// (flash_mma_kernels.cuh: mma.sync with scores and probabilities in registers). Supports head
+// (flash_mma_kernels.cuh: mma.sync with scores and probabilities in registers); kMma32 is kMma
+// with a forward of 4 warps of 32 query rows instead of 8 of 16 (each k and v fragment read
+// from shared memory feeds twice the products), timed against it by bench/gpu/flash_bench
+// before the model takes either (its backward is kMma's). Supports head
 // sizes hs = C / NH of 32 and 64, any T >= 1, a device of compute capability >= 8.0, and
 // 16-byte aligned bf16 arrays; otherwise throws std::invalid_argument naming the shape, before
 // any launch.
-enum class FlashKernels { kWmma, kMma };
+enum class FlashKernels { kWmma, kMma, kMma32 };
+// "wmma", "mma", "mma32": how flash_bench and the tests name a set.
+inline const char* FlashKernelsName(FlashKernels kernels) {
+  switch (kernels) {
+    case FlashKernels::kWmma:
+      return "wmma";
+    case FlashKernels::kMma:
+      return "mma";
+    case FlashKernels::kMma32:
+      return "mma32";
+  }
+  return "?";
+}
 // inp (B,T,3C) as attention_forward; out (B,T,C); lse (B,NH,T) fp32 = log-sum-exp of each
 // row's scaled (1/sqrt(hs)), causally masked scores, kept for backward.
 void flash_attention_forward(bf16* out, float* lse, const bf16* inp, int B, int T, int C, int NH,

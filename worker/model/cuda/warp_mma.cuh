@@ -33,6 +33,7 @@
 #define TESSERA_KERNEL(threads, min_blocks) void
 #define TESSERA_KERNEL_MAX_THREADS(threads) void
 #define TESSERA_GLOBAL void
+#define TESSERA_UNROLL
 
 namespace tessera::warp_emu {
 // Thread geometry of the calling (emulated) thread.
@@ -59,6 +60,9 @@ void AtomicAdd(float* address, float value);
 // Only the block size bound: a minimum of blocks per SM, even 1, changes register allocation.
 #define TESSERA_KERNEL_MAX_THREADS(threads) __global__ void __launch_bounds__(threads)
 #define TESSERA_GLOBAL __global__ void
+// Before a loop over a register array: unrolled, its indices are constants, and the array stays
+// in registers (a runtime index puts it in local memory).
+#define TESSERA_UNROLL _Pragma("unroll")
 #endif
 
 namespace tessera::model::cuda::warp {
