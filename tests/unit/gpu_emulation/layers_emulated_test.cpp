@@ -99,8 +99,9 @@ TEST(LayersEmulated, EncoderForwardAndBackward) {
   EXPECT_TRUE(Close("dwpe", got_dwpe, dwpe, kFp32Tolerance));
 }
 
-// N rows of C values at `offset` elements into their buffers; returns the backward launch's name.
-std::string CheckLayerNorm(int N, int C, size_t offset, uint64_t seed) {
+// N rows of C values at `offset` elements into their buffers; returns the forward and backward
+// launches' names.
+std::vector<std::string> CheckLayerNorm(int N, int C, size_t offset, uint64_t seed) {
   std::vector<float> inp = RandomBf16Values(static_cast<size_t>(N) * C, seed, 2.0f);
   for (float& x : inp)
     x = warp::Bf16ToFloat(warp::FloatToBf16(x + 0.5f));  // a non-zero mean
@@ -134,22 +135,28 @@ std::string CheckLayerNorm(int N, int C, size_t offset, uint64_t seed) {
   EXPECT_TRUE(Close("dinp", d_dinp.values(), dinp, kBf16Tolerance));
   EXPECT_TRUE(Close("dweight", got_dw, dweight, kFp32Tolerance));
   EXPECT_TRUE(Close("dbias", got_db, dbias, kFp32Tolerance));
-  return launched.at(1);
+  return launched;
 }
 
-// C = 768 (GPT-2's), 128 and 1024 take the packed backward kernel with 3, 1 and 4 packs of 8
-// per lane; 100 rows need two blocks of it (64 rows a block), whose warps each take several.
-TEST(LayersEmulated, LayerNormPackedBackward) {
-  EXPECT_EQ(CheckLayerNorm(100, 768, 0, 10), "layernorm_backward (packed)");
-  EXPECT_EQ(CheckLayerNorm(70, 128, 0, 20), "layernorm_backward (packed)");
-  EXPECT_EQ(CheckLayerNorm(9, 1024, 0, 30), "layernorm_backward (packed)");
+const std::vector<std::string> kPackedLayerNorm = {"layernorm_forward (packed)",
+                                                   "layernorm_backward (packed)"};
+const std::vector<std::string> kGeneralLayerNorm = {"layernorm_forward", "layernorm_backward"};
+
+// C = 768 (GPT-2's), 128, 1024 and 136 take the packed kernels with 3, 1, 4 and 1 packs of 8
+// per lane (at 136 some lanes have none); 100 rows need two blocks of the backward (64 rows a
+// block), whose warps each take several.
+TEST(LayersEmulated, LayerNormPacked) {
+  EXPECT_EQ(CheckLayerNorm(100, 768, 0, 10), kPackedLayerNorm);
+  EXPECT_EQ(CheckLayerNorm(70, 128, 0, 20), kPackedLayerNorm);
+  EXPECT_EQ(CheckLayerNorm(9, 1024, 0, 30), kPackedLayerNorm);
+  EXPECT_EQ(CheckLayerNorm(12, 136, 0, 35), kPackedLayerNorm);
 }
 
-// C % 8 != 0, an unaligned array, or more than 4 packs a lane: the general kernel.
-TEST(LayersEmulated, LayerNormGeneralBackward) {
-  EXPECT_EQ(CheckLayerNorm(40, 100, 0, 40), "layernorm_backward");
-  EXPECT_EQ(CheckLayerNorm(40, 128, 1, 50), "layernorm_backward");
-  EXPECT_EQ(CheckLayerNorm(5, 1032, 0, 60), "layernorm_backward");
+// C % 8 != 0, an unaligned array, or more than 4 packs a lane: the general kernels.
+TEST(LayersEmulated, LayerNormGeneral) {
+  EXPECT_EQ(CheckLayerNorm(40, 100, 0, 40), kGeneralLayerNorm);
+  EXPECT_EQ(CheckLayerNorm(40, 128, 1, 50), kGeneralLayerNorm);
+  EXPECT_EQ(CheckLayerNorm(5, 1032, 0, 60), kGeneralLayerNorm);
 }
 
 // Rows in bands of 128 per block (the last partial), columns past a block of 256.
