@@ -17,6 +17,7 @@
 #include "tests/unit/gpu_emulation/warp_emulator.h"
 #include "worker/model/cpu/layers.h"
 #include "worker/model/cuda/layer_kernels.cuh"
+#include "worker/train/adamw.h"
 
 namespace tessera::model::cuda::layer_kernels {
 namespace {
@@ -333,8 +334,9 @@ TEST(LayersEmulated, CrossEntropy) {
   CheckCrossEntropy(3, 300, 304, 113);    // fewer packs than threads
 }
 
-// The global norm over chunks and the AdamW step of worker/train/adamw.h with clipping
-// (ClipToNorm), on the host, for one flat buffer of two tensors (one decays).
+// The global norm over chunks and the AdamW step with clipping against the CPU trainer's
+// (worker/train/adamw.h: SumOfSquares, ClipToNorm, AdamW::Step at step 3), for one flat buffer
+// of two tensors (one decays).
 TEST(LayersEmulated, GlobalNormAndAdamW) {
   const int64_t n = 5000, split = 3000, chunk = 1024;
   std::vector<ParamChunk> chunks;
@@ -366,20 +368,19 @@ TEST(LayersEmulated, GlobalNormAndAdamW) {
   AdamWUpdate(launch, got_params.data(), got_bf16.data(), got_m.data(), got_v.data(), grads.data(),
               norm.data(), chunks.data(), num_chunks, a);
 
-  double sum2 = 0;
-  for (float g : grads)
-    sum2 += static_cast<double>(g) * g;
-  const double want_norm = std::sqrt(sum2);
+  const double want_norm = std::sqrt(train::SumOfSquares(grads));
   ASSERT_GT(want_norm, a.max_norm) << "the test means to exercise clipping";
-  const auto factor = static_cast<float>(a.max_norm / (want_norm + 1e-6));
-  for (int64_t i = 0; i < n; i++) {
-    const float g = grads[i] * factor;
-    m[i] = a.beta1 * m[i] + (1.0f - a.beta1) * g;
-    v[i] = a.beta2 * v[i] + (1.0f - a.beta2) * g * g;
-    const float decay = i < split ? a.weight_decay * params[i] : 0.0f;
-    params[i] -=
-        a.lr * ((m[i] / a.correction1) / (std::sqrt(v[i] / a.correction2) + a.eps) + decay);
-  }
+  std::vector<float> clipped = grads;
+  train::ClipToNorm(clipped, want_norm, a.max_norm);
+  train::AdamW cpu(n, {a.beta1, a.beta2, a.eps, a.weight_decay});
+  std::copy(m.begin(), m.end(), cpu.first_moment().begin());
+  std::copy(v.begin(), v.end(), cpu.second_moment().begin());
+  cpu.set_step_count(t - 1);
+  std::vector<uint8_t> decays(n, 0);
+  std::fill(decays.begin(), decays.begin() + split, 1);
+  cpu.Step(params, clipped, decays, a.lr);
+  m.assign(cpu.first_moment().begin(), cpu.first_moment().end());
+  v.assign(cpu.second_moment().begin(), cpu.second_moment().end());
   EXPECT_TRUE(Close("norm", norm, {static_cast<float>(want_norm)}, kFp32Tolerance));
   EXPECT_TRUE(Close("m", got_m, m, kFp32Tolerance));
   EXPECT_TRUE(Close("v", got_v, v, kFp32Tolerance));

@@ -775,6 +775,16 @@ TESSERA_GLOBAL AdamWKernel(float* params, Bf16Bits* params_bf16, float* m, float
 // Host side: the kernel and launch shape of each layers_cuda.h call (same arguments, bf16 as
 // its bits; the streams are the launcher's).
 
+// The packed layer-norm kernels: rows of C % 8 == 0 values, 1 to kMaxPacksPerLane packs of 8 a
+// lane (C <= 1024).
+constexpr int kMaxPacksPerLane = 4;
+inline int PacksPerLane(int C) {
+  return (C / kPack + kWarpSize - 1) / kWarpSize;
+}
+inline bool PackedRows(int C) {
+  return C > 0 && C % kPack == 0 && PacksPerLane(C) <= kMaxPacksPerLane;
+}
+
 template <class Launcher>
 void EncoderForward(const Launcher& launch, Bf16Bits* out, const int32_t* tokens,
                     const Bf16Bits* wte, const Bf16Bits* wpe, int B, int T, int C) {
@@ -799,26 +809,12 @@ void LayerNormForward(const Launcher& launch, Bf16Bits* out, float* mean, float*
                       int C) {
   constexpr int kThreads = 256;
   const LaunchShape shape{Blocks(static_cast<int64_t>(N) * kWarpSize, kThreads), 1, kThreads, 0};
-  const int packs_per_lane = (C / kPack + kWarpSize - 1) / kWarpSize;
-  if (C % kPack == 0 && packs_per_lane <= 4 && Aligned16(out) && Aligned16(inp) &&
-      Aligned16(weight) && Aligned16(bias)) {
-    auto packed = [&](auto kernel) {
-      launch("layernorm_forward (packed)", shape, kernel, out, mean, rstd, inp, weight, bias, N, C);
-    };
-    switch (packs_per_lane) {
-      case 1:
-        packed(LayerNormForwardPackedKernel<1>);
-        break;
-      case 2:
-        packed(LayerNormForwardPackedKernel<2>);
-        break;
-      case 3:
-        packed(LayerNormForwardPackedKernel<3>);
-        break;
-      default:
-        packed(LayerNormForwardPackedKernel<4>);
-        break;
-    }
+  if (PackedRows(C) && Aligned16(out) && Aligned16(inp) && Aligned16(weight) && Aligned16(bias)) {
+    decltype(&LayerNormForwardPackedKernel<1>) const kernels[kMaxPacksPerLane] = {
+        LayerNormForwardPackedKernel<1>, LayerNormForwardPackedKernel<2>,
+        LayerNormForwardPackedKernel<3>, LayerNormForwardPackedKernel<4>};
+    launch("layernorm_forward (packed)", shape, kernels[PacksPerLane(C) - 1], out, mean, rstd, inp,
+           weight, bias, N, C);
     return;
   }
   launch("layernorm_forward", shape, LayerNormForwardKernel, out, mean, rstd, inp, weight, bias, N,
@@ -830,31 +826,16 @@ void LayerNormBackward(const Launcher& launch, Bf16Bits* dinp, float* dweight, f
                        const Bf16Bits* dout, const Bf16Bits* inp, const Bf16Bits* weight,
                        const float* mean, const float* rstd, int N, int C) {
   const size_t shared = 2 * static_cast<size_t>(C) * sizeof(float);
-  const int packs_per_lane = (C / kPack + kWarpSize - 1) / kWarpSize;
-  if (C % kPack == 0 && packs_per_lane <= 4 && Aligned16(dinp) && Aligned16(dout) &&
-      Aligned16(inp) && Aligned16(weight)) {
+  if (PackedRows(C) && Aligned16(dinp) && Aligned16(dout) && Aligned16(inp) && Aligned16(weight)) {
     // 8 warps a block, each taking about 8 rows: the per-block flush of 2C atomics is shared
     // by some 64 rows. C <= 1024: 8 KiB of shared memory.
     constexpr int kThreads = kLayerNormBackwardThreads;
     const LaunchShape shape{Blocks(N, kThreads / kWarpSize * 8), 1, kThreads, shared};
-    auto packed = [&](auto kernel) {
-      launch("layernorm_backward (packed)", shape, kernel, dinp, dweight, dbias, dout, inp, weight,
-             mean, rstd, N, C);
-    };
-    switch (packs_per_lane) {
-      case 1:
-        packed(LayerNormBackwardPackedKernel<1>);
-        break;
-      case 2:
-        packed(LayerNormBackwardPackedKernel<2>);
-        break;
-      case 3:
-        packed(LayerNormBackwardPackedKernel<3>);
-        break;
-      default:
-        packed(LayerNormBackwardPackedKernel<4>);
-        break;
-    }
+    decltype(&LayerNormBackwardPackedKernel<1>) const kernels[kMaxPacksPerLane] = {
+        LayerNormBackwardPackedKernel<1>, LayerNormBackwardPackedKernel<2>,
+        LayerNormBackwardPackedKernel<3>, LayerNormBackwardPackedKernel<4>};
+    launch("layernorm_backward (packed)", shape, kernels[PacksPerLane(C) - 1], dinp, dweight, dbias,
+           dout, inp, weight, mean, rstd, N, C);
     return;
   }
   constexpr int kThreads = 512;
