@@ -14,6 +14,7 @@
 #include "tests/unit/gpu/gpu_test_util.h"
 #include "worker/model/cpu/layers.h"
 #include "worker/model/cuda/layers_cuda.h"
+#include "worker/train/adamw.h"
 
 namespace tessera::model::cuda {
 namespace {
@@ -376,8 +377,9 @@ TEST(GpuLayers, CrossEntropyWithARaggedVocabulary) {
   CheckCrossEntropy(kV + 3, kV + 5);
 }
 
-// The AdamW step of worker/train/adamw.h with clipping by global norm (ClipToNorm), on the
-// host, for one flat buffer of chunks.
+// The global norm and the AdamW step with clipping against the CPU trainer's
+// (worker/train/adamw.h: SumOfSquares, ClipToNorm, AdamW::Step at step 3), for one flat buffer
+// of chunks.
 TEST(GpuLayers, GlobalNormAndAdamW) {
   TESSERA_SKIP_WITHOUT_GPU();
   const uint64_t seed = FreshSeed();
@@ -413,20 +415,19 @@ TEST(GpuLayers, GlobalNormAndAdamW) {
                d_chunks.get(), static_cast<int>(chunks.size()), a, nullptr);
   TESSERA_CUDA_OK(cudaDeviceSynchronize());
 
-  double sum2 = 0;
-  for (float g : grads)
-    sum2 += static_cast<double>(g) * g;
-  const double norm = std::sqrt(sum2);
+  const double norm = std::sqrt(train::SumOfSquares(grads));
   ASSERT_GT(norm, a.max_norm) << "the test means to exercise clipping";
-  const auto factor = static_cast<float>(a.max_norm / (norm + 1e-6));
-  for (int64_t i = 0; i < n; i++) {
-    const float g = grads[i] * factor;
-    m[i] = a.beta1 * m[i] + (1.0f - a.beta1) * g;
-    v[i] = a.beta2 * v[i] + (1.0f - a.beta2) * g * g;
-    const float decay = i < split ? a.weight_decay * params[i] : 0.0f;
-    params[i] -=
-        a.lr * ((m[i] / a.correction1) / (std::sqrt(v[i] / a.correction2) + a.eps) + decay);
-  }
+  std::vector<float> clipped = grads;
+  train::ClipToNorm(clipped, norm, a.max_norm);
+  train::AdamW cpu(n, {a.beta1, a.beta2, a.eps, a.weight_decay});
+  std::copy(m.begin(), m.end(), cpu.first_moment().begin());
+  std::copy(v.begin(), v.end(), cpu.second_moment().begin());
+  cpu.set_step_count(t - 1);
+  std::vector<uint8_t> decays(n, 0);
+  std::fill(decays.begin(), decays.begin() + split, 1);
+  cpu.Step(params, clipped, decays, a.lr);
+  m.assign(cpu.first_moment().begin(), cpu.first_moment().end());
+  v.assign(cpu.second_moment().begin(), cpu.second_moment().end());
   EXPECT_TRUE(RelativeErrorWithin(d_norm.ToHost(), {static_cast<float>(norm)}, kFp32Tolerance));
   EXPECT_TRUE(RelativeErrorWithin(d_m.ToHost(), m, kFp32Tolerance));
   EXPECT_TRUE(RelativeErrorWithin(d_v.ToHost(), v, kFp32Tolerance));
