@@ -22,6 +22,7 @@
 #include <string>
 #include <system_error>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "worker/model/cuda/warp_mma.cuh"
@@ -231,10 +232,18 @@ struct Block {
   std::vector<bool> returned;  // per thread: its body has returned
 };
 
+// One 16-byte cp.async, waiting to be performed.
+struct PendingCopy {
+  void* dst;
+  const void* src;
+};
+
 struct ThreadContext {
   Block* block = nullptr;
   unsigned thread = 0;
   unsigned warp_ops = 0;  // warp operations performed so far: picks the exchange area
+  std::vector<PendingCopy> open_copies;               // issued since the last commit
+  std::vector<std::vector<PendingCopy>> copy_groups;  // committed, oldest first
 };
 thread_local ThreadContext t_self;
 
@@ -285,7 +294,9 @@ float BElement(const WarpInputs& lanes, unsigned k, unsigned n) {
 }
 
 void RunThread(Block& block, unsigned thread, const std::function<void()>& body) {
-  t_self = ThreadContext{&block, thread, 0};
+  t_self = ThreadContext{};
+  t_self.block = &block;
+  t_self.thread = thread;
   try {
     body();
     block.Return(thread);
@@ -407,6 +418,33 @@ void AtomicAdd(float* address, float value) {
     self.block->FailUnlocked(self.thread, "AtomicAdd: address not 4-byte aligned");
   // Relaxed, as CUDA's atomicAdd: the result is read after Launch joins the threads.
   std::atomic_ref<float>(*address).fetch_add(value, std::memory_order_relaxed);
+}
+
+void CpAsync16(void* shared_dst, const void* global_src) {
+  ThreadContext& self = Enter("CpAsync16");
+  const auto dst = reinterpret_cast<uintptr_t>(shared_dst);
+  const auto base = reinterpret_cast<uintptr_t>(self.block->shared);
+  if (dst < base || dst - base > self.block->config.shared_bytes ||
+      self.block->config.shared_bytes - (dst - base) < 16)
+    self.block->FailUnlocked(self.thread,
+                             "CpAsync16: the destination is not 16 bytes inside the block's "
+                             "shared memory");
+  self.open_copies.push_back({shared_dst, global_src});
+}
+
+void CpAsyncCommit() {
+  ThreadContext& self = Enter("CpAsyncCommit");
+  self.copy_groups.push_back(std::move(self.open_copies));
+  self.open_copies.clear();
+}
+
+void CpAsyncWait(int pending) {
+  ThreadContext& self = Enter("CpAsyncWait");
+  while (self.copy_groups.size() > static_cast<size_t>(pending < 0 ? 0 : pending)) {
+    for (const PendingCopy& copy : self.copy_groups.front())
+      std::memcpy(copy.dst, copy.src, 16);
+    self.copy_groups.erase(self.copy_groups.begin());
+  }
 }
 
 void Launch(const LaunchConfig& config, const std::function<void()>& body) {

@@ -250,6 +250,39 @@ TEST(WarpEmulatorTest, AtomicAddFromFourBlocksSumsExactly) {
   EXPECT_EQ(pair[1], 4 * (64 * 65 / 2));
 }
 
+// cp.async copies land no earlier than the wait that must complete their group: before it the
+// destination keeps what was there (so a kernel reading a tile it has not waited for fails its
+// tests), after CpAsyncWait<1> all but the newest committed group have landed, after
+// CpAsyncWait<0> all of them.
+TEST(WarpEmulatorTest, CpAsyncCopiesLandAtTheWaitForTheirGroup) {
+  alignas(16) static const uint32_t kFirst[4] = {1, 2, 3, 4};
+  alignas(16) static const uint32_t kSecond[4] = {5, 6, 7, 8};
+  std::array<uint32_t, 5> seen{};
+  Launch(Threads(32, 32), [&] {
+    auto* shared = reinterpret_cast<uint32_t*>(warp::SharedMemory());
+    if (warp::ThreadIdx() != 0)
+      return;
+    warp::CpAsync16(shared, kFirst);
+    warp::CpAsyncCommit();
+    warp::CpAsync16(shared + 4, kSecond);
+    seen[0] = shared[0];  // committed, not waited for
+    warp::CpAsyncCommit();
+    warp::CpAsyncWait<2>();
+    seen[1] = shared[0];  // two groups may still be in flight
+    warp::CpAsyncWait<1>();
+    seen[2] = shared[0];  // the first group has landed
+    seen[3] = shared[4];  // the second may not have
+    warp::CpAsyncWait<0>();
+    seen[4] = shared[4];
+  });
+  EXPECT_EQ(seen, (std::array<uint32_t, 5>{0xFFFFFFFFu, 0xFFFFFFFFu, 1, 0xFFFFFFFFu, 5}));
+  EXPECT_NE(LaunchError(Threads(32, 32),
+                        [&] {
+                          warp::CpAsync16(warp::SharedMemory() + 32, kFirst);  // past the end
+                        }),
+            "");
+}
+
 TEST(WarpEmulatorTest, EveryThreadOfTheGridRunsOnceWithItsIndices) {
   constexpr unsigned kGridX = 3, kGridY = 2, kThreads = 64;
   std::vector<std::atomic<int>> runs(kGridX * kGridY * kThreads);

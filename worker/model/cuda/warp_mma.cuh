@@ -50,6 +50,10 @@ float ShflXor(float value, int lane_mask);
 void Mma16816(float d[4], const uint32_t a[4], const uint32_t b[2]);
 void LdMatrixX4(uint32_t r[4], const void* row_address, bool trans);
 void AtomicAdd(float* address, float value);
+// cp.async of the calling thread: queued, grouped at commit, performed at the wait.
+void CpAsync16(void* shared_dst, const void* global_src);
+void CpAsyncCommit();
+void CpAsyncWait(int pending);
 }  // namespace tessera::warp_emu
 
 #else
@@ -133,15 +137,20 @@ TESSERA_DEVICE void Zero16(void* dst) {
   CheckAligned(dst, 16, "Zero16");
   std::memset(dst, 0, 16);
 }
-// The emulator copies at once: CpAsyncWait has nothing to wait for.
+// The emulator defers each copy to the CpAsyncWait that must complete its group (the latest a
+// device may perform it), so a kernel that reads a tile before waiting for it reads stale data.
 TESSERA_DEVICE void CpAsync16(void* shared_dst, const void* global_src) {
   CheckAligned(shared_dst, 16, "CpAsync16 destination");
   CheckAligned(global_src, 16, "CpAsync16 source");
-  std::memcpy(shared_dst, global_src, 16);
+  warp_emu::CpAsync16(shared_dst, global_src);
 }
-TESSERA_DEVICE void CpAsyncCommit() {}
+TESSERA_DEVICE void CpAsyncCommit() {
+  warp_emu::CpAsyncCommit();
+}
 template <int kPending>
-TESSERA_DEVICE void CpAsyncWait() {}
+TESSERA_DEVICE void CpAsyncWait() {
+  warp_emu::CpAsyncWait(kPending);
+}
 TESSERA_DEVICE void Store32(void* dst, uint32_t value) {
   CheckAligned(dst, 4, "Store32");
   std::memcpy(dst, &value, 4);
