@@ -101,6 +101,18 @@ struct Warp {
   unsigned returned = 0;  // lanes whose body has returned
 };
 
+// Who last touched two bytes of shared memory, for the race check: the warp that last wrote
+// them and the warps that read them, each with the block barrier generation (the number of
+// SyncThreads the block has passed) it happened in.
+constexpr uint64_t kNever = ~uint64_t{0};
+struct SharedAccess {
+  uint64_t write_generation = kNever;
+  int write_warp = -1;
+  uint64_t read_generation = kNever;
+  int read_warp = -1;
+  bool read_by_several = false;  // several warps read them in read_generation
+};
+
 struct Block {
   Block(const LaunchConfig& config, unsigned x, unsigned y, unsigned char* shared)
       : config(config),
@@ -109,7 +121,8 @@ struct Block {
         shared(shared),
         warps(config.threads / kWarpSize),
         waiting(config.threads, Op::kNone),
-        returned(config.threads, false) {
+        returned(config.threads, false),
+        accesses((config.shared_bytes + 1) / 2) {
     block_barrier.first = 0;
     block_barrier.count = block_barrier.expected = config.threads;
     for (unsigned w = 0; w < warps.size(); ++w) {
@@ -198,6 +211,64 @@ struct Block {
                        std::to_string(config.barrier_timeout.count()) + " ms");
   }
 
+  // The race check of shared memory, for the accesses made through primitives (ldmatrix reads;
+  // Store32, Zero16 and cp.async writes): between two SyncThreads a warp may not read what
+  // another warp wrote, nor write what another warp wrote or read. (Lanes of one warp are taken
+  // to be in step.) Addresses outside shared memory are not checked. Caller holds mutex.
+  bool InShared(const void* address, size_t bytes) const {
+    const auto a = reinterpret_cast<uintptr_t>(address);
+    const auto base = reinterpret_cast<uintptr_t>(shared);
+    return a >= base && a - base < config.shared_bytes && bytes <= config.shared_bytes - (a - base);
+  }
+  void CheckRead(unsigned thread, const void* address, size_t bytes, const char* what) {
+    if (!InShared(address, bytes))
+      return;
+    const int warp = static_cast<int>(thread / kWarpSize);
+    const uint64_t now = block_barrier.generation;
+    const size_t first =
+        (reinterpret_cast<uintptr_t>(address) - reinterpret_cast<uintptr_t>(shared)) / 2;
+    for (size_t i = first; i < first + (bytes + 1) / 2; ++i) {
+      SharedAccess& a = accesses[i];
+      if (a.write_generation == now && a.write_warp != warp)
+        Fail(thread, std::string(what) + " reads shared memory at offset " + std::to_string(2 * i) +
+                         " that warp " + std::to_string(a.write_warp) +
+                         " wrote since the last SyncThreads (a missing barrier)");
+      if (a.read_generation != now) {
+        a.read_generation = now;
+        a.read_warp = warp;
+        a.read_by_several = false;
+      } else if (a.read_warp != warp) {
+        a.read_by_several = true;
+      }
+    }
+  }
+  // record: the store happens now (else it is a cp.async being issued: checked, not recorded).
+  void CheckWrite(unsigned thread, const void* address, size_t bytes, const char* what,
+                  bool record) {
+    if (!InShared(address, bytes))
+      return;
+    const int warp = static_cast<int>(thread / kWarpSize);
+    const uint64_t now = block_barrier.generation;
+    const size_t first =
+        (reinterpret_cast<uintptr_t>(address) - reinterpret_cast<uintptr_t>(shared)) / 2;
+    for (size_t i = first; i < first + (bytes + 1) / 2; ++i) {
+      SharedAccess& a = accesses[i];
+      if (a.read_generation == now && (a.read_warp != warp || a.read_by_several))
+        Fail(thread, std::string(what) + " writes shared memory at offset " +
+                         std::to_string(2 * i) + " that warp " +
+                         std::to_string(a.read_warp == warp ? -1 : a.read_warp) +
+                         " read since the last SyncThreads (a missing barrier)");
+      if (a.write_generation == now && a.write_warp != warp)
+        Fail(thread, std::string(what) + " writes shared memory at offset " +
+                         std::to_string(2 * i) + " that warp " + std::to_string(a.write_warp) +
+                         " wrote since the last SyncThreads (a missing barrier)");
+      if (record) {
+        a.write_generation = now;
+        a.write_warp = warp;
+      }
+    }
+  }
+
   // The thread's body returned: it leaves the block barrier (like arrive_and_drop), which may
   // release the others; its warp can no longer perform warp operations.
   void Return(unsigned thread) {
@@ -228,8 +299,9 @@ struct Block {
   std::string failure;
   Barrier block_barrier;  // SyncThreads: the threads still running
   std::vector<Warp> warps;
-  std::vector<Op> waiting;     // per thread: the operation it waits in, or kNone
-  std::vector<bool> returned;  // per thread: its body has returned
+  std::vector<Op> waiting;             // per thread: the operation it waits in, or kNone
+  std::vector<bool> returned;          // per thread: its body has returned
+  std::vector<SharedAccess> accesses;  // per 2 bytes of shared memory
 };
 
 // One 16-byte cp.async, waiting to be performed.
@@ -395,6 +467,10 @@ void LdMatrixX4(uint32_t r[4], const void* row_address, bool trans) {
                          std::to_string(static_cast<long long>(address - base)) +
                          ", not a 16-byte aligned row of 16 bytes inside the block's " +
                          std::to_string(bytes) + " bytes of shared memory");
+  {
+    std::lock_guard lock(block.mutex);
+    block.CheckRead(self.thread, row_address, 16, OpName(op));
+  }
   LaneInputs inputs;
   inputs.row = static_cast<const unsigned char*>(row_address);
   const WarpInputs& lanes = Exchange(self, op, inputs);
@@ -429,7 +505,17 @@ void CpAsync16(void* shared_dst, const void* global_src) {
     self.block->FailUnlocked(self.thread,
                              "CpAsync16: the destination is not 16 bytes inside the block's "
                              "shared memory");
+  {
+    std::lock_guard lock(self.block->mutex);
+    self.block->CheckWrite(self.thread, shared_dst, 16, "CpAsync16", false);
+  }
   self.open_copies.push_back({shared_dst, global_src});
+}
+
+void NoteStore(const void* address, unsigned bytes) {
+  ThreadContext& self = Enter("a store");
+  std::lock_guard lock(self.block->mutex);
+  self.block->CheckWrite(self.thread, address, bytes, "a store", true);
 }
 
 void CpAsyncCommit() {
@@ -441,8 +527,14 @@ void CpAsyncCommit() {
 void CpAsyncWait(int pending) {
   ThreadContext& self = Enter("CpAsyncWait");
   while (self.copy_groups.size() > static_cast<size_t>(pending < 0 ? 0 : pending)) {
-    for (const PendingCopy& copy : self.copy_groups.front())
+    for (const PendingCopy& copy : self.copy_groups.front()) {
+      {
+        std::lock_guard lock(self.block->mutex);
+        self.block->CheckWrite(self.thread, copy.dst, 16, "a cp.async landing at CpAsyncWait",
+                               true);
+      }
       std::memcpy(copy.dst, copy.src, 16);
+    }
     self.copy_groups.erase(self.copy_groups.begin());
   }
 }

@@ -1,10 +1,12 @@
 // A SIMT emulator for kernels written against worker/model/cuda/warp_mma.cuh: it runs every
 // thread of a block as a host thread and implements the tessera::warp_emu functions that header
 // calls when compiled with TESSERA_WARP_EMULATION, so tensor-core kernels can be tested on a CPU.
-// It checks the kernel's use of warp operations and barriers, and performs each cp.async at the
-// wait that must complete its group (the latest a device may), so reading a tile before waiting
-// for it reads stale data; it does not model timing, memory coalescing, bank conflicts, register
-// limits, or global-memory bounds (use AddressSanitizer).
+// It checks the kernel's use of warp operations and barriers; performs each cp.async at the wait
+// that must complete its group (the latest a device may), so reading a tile before waiting for
+// it reads stale data; and reports races between warps on shared memory for the accesses made
+// through primitives (ldmatrix reads; Store32, Zero16 and cp.async writes), not plain pointer
+// accesses. It does not model timing, memory coalescing, bank conflicts, register limits, or
+// global-memory bounds (use AddressSanitizer).
 #pragma once
 
 #include <chrono>

@@ -283,6 +283,60 @@ TEST(WarpEmulatorTest, CpAsyncCopiesLandAtTheWaitForTheirGroup) {
             "");
 }
 
+// Between two SyncThreads a warp may not read (ldmatrix) shared memory another warp wrote
+// (Store32, Zero16, cp.async), nor write what another warp read or wrote: the race is reported,
+// naming the barrier that is missing; with the barrier the same accesses pass.
+TEST(WarpEmulatorTest, SharedMemoryRacesBetweenWarpsAreReported) {
+  alignas(16) static const uint32_t kRow[4] = {1, 2, 3, 4};
+  // Warp 0 writes a 16x16 tile (rows of 16 bf16) with `write`, warp 1 then reads it by ldmatrix.
+  auto write_then_read = [](bool barrier, int how) {
+    return LaunchError(Threads(64, 16 * 32), [barrier, how] {
+      unsigned char* shared = warp::SharedMemory();
+      const unsigned thread = warp::ThreadIdx(), lane = thread % 32;
+      if (thread < 32 && lane < 16) {
+        unsigned char* row = shared + 32 * lane;
+        if (how == 0) {
+          warp::Store32(row, 7);
+        } else if (how == 1) {
+          warp::Zero16(row);
+        } else {
+          warp::CpAsync16(row, kRow);
+          warp::CpAsyncCommit();
+          warp::CpAsyncWait<0>();
+        }
+      }
+      if (barrier)
+        warp::SyncThreads();
+      if (thread >= 32) {
+        uint32_t r[4];
+        warp::LdMatrixX4(r, shared + 32 * (lane % 16));
+      }
+    });
+  };
+  for (int how = 0; how < 3; ++how) {
+    EXPECT_NE(write_then_read(false, how).find("(a missing barrier)"), std::string::npos) << how;
+    EXPECT_EQ(write_then_read(true, how), "") << how;
+  }
+  // Warp 1 reads, warp 0 overwrites.
+  auto read_then_write = [](bool barrier) {
+    return LaunchError(Threads(64, 512), [barrier] {
+      unsigned char* shared = warp::SharedMemory();
+      const unsigned thread = warp::ThreadIdx();
+      if (thread >= 32) {
+        uint32_t r[4];
+        warp::LdMatrixX4(r, shared + 32 * (thread % 16));
+      }
+      if (barrier)
+        warp::SyncThreads();
+      if (thread < 32)
+        warp::Store32(shared + 32 * (thread % 16), 0);
+    });
+  };
+  // (Which of the two comes first is the host threads' order: either way a race is reported.)
+  EXPECT_NE(read_then_write(false).find("(a missing barrier)"), std::string::npos);
+  EXPECT_EQ(read_then_write(true), "");
+}
+
 TEST(WarpEmulatorTest, EveryThreadOfTheGridRunsOnceWithItsIndices) {
   constexpr unsigned kGridX = 3, kGridY = 2, kThreads = 64;
   std::vector<std::atomic<int>> runs(kGridX * kGridY * kThreads);

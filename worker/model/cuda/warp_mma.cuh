@@ -52,6 +52,9 @@ void LdMatrixX4(uint32_t r[4], const void* row_address, bool trans);
 void AtomicAdd(float* address, float value);
 // cp.async of the calling thread: queued, grouped at commit, performed at the wait.
 void CpAsync16(void* shared_dst, const void* global_src);
+// A store of `bytes` at address by the calling thread, about to be made: checked for a race
+// with other warps' accesses since the last SyncThreads when it falls in shared memory.
+void NoteStore(const void* address, unsigned bytes);
 void CpAsyncCommit();
 void CpAsyncWait(int pending);
 }  // namespace tessera::warp_emu
@@ -135,6 +138,7 @@ TESSERA_DEVICE void AtomicAdd2(float* address, float value0, float value1) {
 // 16 zero bytes at dst (16-byte aligned).
 TESSERA_DEVICE void Zero16(void* dst) {
   CheckAligned(dst, 16, "Zero16");
+  warp_emu::NoteStore(dst, 16);
   std::memset(dst, 0, 16);
 }
 // The emulator defers each copy to the CpAsyncWait that must complete its group (the latest a
@@ -153,6 +157,7 @@ TESSERA_DEVICE void CpAsyncWait() {
 }
 TESSERA_DEVICE void Store32(void* dst, uint32_t value) {
   CheckAligned(dst, 4, "Store32");
+  warp_emu::NoteStore(dst, 4);
   std::memcpy(dst, &value, 4);
 }
 // 16 bytes from src to dst in one access; both 16-byte aligned.
