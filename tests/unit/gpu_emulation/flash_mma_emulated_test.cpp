@@ -50,20 +50,16 @@ void CheckAgainstCpu(int B, int T, int NH, uint64_t seed) {
                                          scale * kLog2e);
   });
 
-  // Backward: D = rowsum(dout * out) as FlashDeltaKernel computes it, dq accumulated in fp32.
-  std::vector<float> delta(rows);
-  for (int b = 0; b < B; b++) {
-    for (int t = 0; t < T; t++) {
-      for (int h = 0; h < NH; h++) {
-        float sum = 0.0f;
-        for (int i = 0; i < HS; i++) {
-          const size_t at = (static_cast<size_t>(b) * T + t) * C + h * HS + i;
-          sum += dout[at] * warp::Bf16ToFloat(out_bits[at]);
-        }
-        delta[(static_cast<size_t>(b) * NH + h) * T + t] = sum;
-      }
-    }
-  }
+  // Backward: D = rowsum(dout * out) (FlashDeltaKernel), dq accumulated in fp32, then rounded
+  // into dinp's q columns (FlashDqConvertKernel).
+  std::vector<float> delta(rows, NAN);
+  warp_emu::LaunchConfig delta_launch;
+  delta_launch.grid_x =
+      static_cast<unsigned>((rows * warp::kWarpSize + kDeltaThreads - 1) / kDeltaThreads);
+  delta_launch.threads = kDeltaThreads;
+  warp_emu::Launch(delta_launch, [&] {
+    FlashDeltaKernel(delta.data(), dout_bits.data(), out_bits.data(), B, T, NH, HS);
+  });
   std::vector<float> dq_accum(N * C, 0.0f);
   std::vector<Bf16Bits> dinp_bits(N * 3 * C, 0xffff);
   warp_emu::LaunchConfig backward;
@@ -75,10 +71,12 @@ void CheckAgainstCpu(int B, int T, int NH, uint64_t seed) {
     FlashMmaBackwardKernel<HS>(dinp_bits.data(), dq_accum.data(), dout_bits.data(), qkv_bits.data(),
                                lse.data(), delta.data(), T, NH, scale);
   });
-  for (size_t n = 0; n < N; n++) {
-    for (int c = 0; c < C; c++)
-      dinp_bits[n * 3 * C + c] = warp::FloatToBf16(dq_accum[n * C + c]);
-  }
+  warp_emu::LaunchConfig convert;
+  convert.grid_x = static_cast<unsigned>((N * C + kDqConvertThreads - 1) / kDqConvertThreads);
+  convert.threads = kDqConvertThreads;
+  warp_emu::Launch(convert, [&] {
+    FlashDqConvertKernel(dinp_bits.data(), dq_accum.data(), static_cast<int64_t>(N), C);
+  });
 
   // The CPU reference in fp32, and the log-sum-exp in double.
   std::vector<float> out(N * C), att(static_cast<size_t>(B) * NH * T * T, 0.0f), dqkv(N * 3 * C);

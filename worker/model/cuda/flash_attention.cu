@@ -228,28 +228,6 @@ __global__ void __launch_bounds__(kThreads)
 #endif
 }
 
-// ---------------------------------------------------------------------------------------
-// D (B,NH,T) = rowsum(dout * out) per head; one warp per (b, t, h).
-__global__ void FlashDeltaKernel(float* delta, const bf16* dout, const bf16* out, int B, int T,
-                                 int NH, int hs) {
-  const int64_t w = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
-  const int lane = threadIdx.x % kWarp;
-  if (w >= static_cast<int64_t>(B) * T * NH)
-    return;
-  const int h = static_cast<int>(w % NH);
-  const int64_t n = w / NH;  // b * T + t
-  const int t = static_cast<int>(n % T);
-  const int b = static_cast<int>(n / T);
-  const int64_t offset = n * NH * hs + h * hs;
-  float sum = 0.0f;
-  for (int i = lane; i < hs; i += kWarp)
-    sum += __bfloat162float(dout[offset + i]) * __bfloat162float(out[offset + i]);
-  for (int s = kWarp / 2; s > 0; s /= 2)
-    sum += __shfl_xor_sync(0xffffffffu, sum, s);
-  if (lane == 0)
-    delta[(static_cast<int64_t>(b) * NH + h) * T + t] = sum;
-}
-
 // Grid (key tiles, B*NH), kThreads threads; each warp owns 16 keys of the tile. The first key
 // tiles see the most queries, and go first.
 template <int HS>
@@ -447,16 +425,6 @@ __global__ void __launch_bounds__(kThreads)
 #endif
 }
 
-// dinp's q columns (B,T,3C) = the fp32 dQ accumulator (B,T,C), rounded.
-__global__ void FlashDqConvertKernel(bf16* dinp, const float* dq_accum, int64_t N, int C) {
-  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= N * C)
-    return;
-  const int64_t n = idx / C;
-  const int c = static_cast<int>(idx % C);
-  dinp[n * 3 * C + c] = __float2bfloat16_rn(dq_accum[idx]);
-}
-
 }  // namespace
 
 namespace {
@@ -596,8 +564,9 @@ void flash_attention_backward(bf16* dinp, float* delta_scratch, float* dq_scratc
   CheckDevice(what);
   const int64_t N = static_cast<int64_t>(B) * T;
   const int64_t rows = N * NH;
-  FlashDeltaKernel<<<Blocks(rows * kWarp, 256), 256, 0, stream>>>(delta_scratch, dout, out, B, T,
-                                                                  NH, hs);
+  flash_mma::FlashDeltaKernel<<<Blocks(rows * kWarp, flash_mma::kDeltaThreads),
+                                flash_mma::kDeltaThreads, 0, stream>>>(delta_scratch, Bits(dout),
+                                                                       Bits(out), B, T, NH, hs);
   CheckLaunch("flash_attention_backward (delta)");
   CheckCuda(cudaMemsetAsync(dq_scratch, 0, static_cast<size_t>(N) * C * sizeof(float), stream),
             "flash_attention_backward (zero dq)", __FILE__, __LINE__);
@@ -610,7 +579,9 @@ void flash_attention_backward(bf16* dinp, float* delta_scratch, float* dq_scratc
     LaunchBackward<32>(dinp, dq_scratch, dout, inp, lse, delta_scratch, B, T, NH, stream);
   else
     LaunchBackward<64>(dinp, dq_scratch, dout, inp, lse, delta_scratch, B, T, NH, stream);
-  FlashDqConvertKernel<<<Blocks(N * C, 256), 256, 0, stream>>>(dinp, dq_scratch, N, C);
+  flash_mma::FlashDqConvertKernel<<<Blocks(N * C, flash_mma::kDqConvertThreads),
+                                    flash_mma::kDqConvertThreads, 0, stream>>>(Bits(dinp),
+                                                                               dq_scratch, N, C);
   CheckLaunch("flash_attention_backward (dq)");
 }
 

@@ -540,4 +540,45 @@ FlashMmaBackwardKernel(Bf16Bits* dinp, float* dq_accum, const Bf16Bits* dout, co
   }
 }
 
+// ---------------------------------------------------------------------------------------
+// Before and after either backward (this one and flash_attention.cu's wmma one).
+
+// D (B,NH,T) = rowsum(dout * out) per head; one warp per (b, t, h), kDeltaThreads a block.
+constexpr int kDeltaThreads = 256;
+TESSERA_GLOBAL
+FlashDeltaKernel(float* delta, const Bf16Bits* dout, const Bf16Bits* out, int B, int T, int NH,
+                 int hs) {
+  const int64_t w = (static_cast<int64_t>(warp::BlockIdxX()) * kDeltaThreads + warp::ThreadIdx()) /
+                    warp::kWarpSize;
+  const int lane = static_cast<int>(warp::ThreadIdx()) % warp::kWarpSize;
+  if (w >= static_cast<int64_t>(B) * T * NH)
+    return;
+  const int h = static_cast<int>(w % NH);
+  const int64_t n = w / NH;  // b * T + t
+  const int t = static_cast<int>(n % T);
+  const int b = static_cast<int>(n / T);
+  const int64_t offset = n * NH * hs + h * hs;
+  float sum = 0.0f;
+  for (int i = lane; i < hs; i += warp::kWarpSize)
+    sum += warp::Bf16ToFloat(dout[offset + i]) * warp::Bf16ToFloat(out[offset + i]);
+  for (int s = warp::kWarpSize / 2; s > 0; s /= 2)
+    sum += warp::ShflXor(sum, s);
+  if (lane == 0)
+    delta[(static_cast<int64_t>(b) * NH + h) * T + t] = sum;
+}
+
+// dinp's q columns (B,T,3C) = the fp32 dQ accumulator (B,T,C), rounded; kDqConvertThreads a
+// block, one value a thread.
+constexpr int kDqConvertThreads = 256;
+TESSERA_GLOBAL
+FlashDqConvertKernel(Bf16Bits* dinp, const float* dq_accum, int64_t N, int C) {
+  const int64_t idx =
+      static_cast<int64_t>(warp::BlockIdxX()) * kDqConvertThreads + warp::ThreadIdx();
+  if (idx >= N * C)
+    return;
+  const int64_t n = idx / C;
+  const int c = static_cast<int>(idx % C);
+  dinp[n * 3 * C + c] = warp::FloatToBf16(dq_accum[idx]);
+}
+
 }  // namespace tessera::model::cuda::flash_mma
