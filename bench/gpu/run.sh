@@ -238,6 +238,7 @@ variants=("")
 t_names=()
 best_args=()
 best_tps=0
+best_name=""
 bench_help=$("$(exe gpt_bench)" --help 2>&1)
 if grep -q -- '--gelu-fusion' <<<"$bench_help"; then
   read -r -a variants <<<"${VARIANTS:-${ATTENTIONS:-matmul flash flash-mma flash-mma+gelu flash-mma+gelu+tune}}"
@@ -269,12 +270,14 @@ for v in "${variants[@]}"; do
     if awk -v a="$tps" -v b="$best_tps" 'BEGIN{exit !(a > b)}'; then
       best_tps=$tps
       best_args=("${extra[@]}")
+      best_name=${v:-default}
     fi
   else
     failures+=("the Tessera benchmark${v:+ ($v)}")
     say "bench: Tessera${v:+ ($v)} FAILED: $(tail -2 "$stage_log" | tr '\n' ' ')"
   fi
 done
+((${#t_lines[@]} > 1)) && say "bench: fastest variant: $best_name ($best_tps tokens/s)"
 if [[ "${SKIP_TORCH:-0}" != 1 ]]; then
   run pytorch "$(budget 300 5)" env LD_LIBRARY_PATH="$orig_ld" PYTHONUNBUFFERED=1 "$python" "$root/bench/gpu/torch_gpt.py" \
     --layers 12 --d-model 768 --heads 12 --seq-len 1024 --vocab 50257 "${common[@]}"
