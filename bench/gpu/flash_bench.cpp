@@ -55,14 +55,14 @@ void FillRandom(bf16* dst, size_t n, float stddev, uint64_t seed) {
 int Run(int argc, char** argv) {
   CLI::App app{"Tessera's fused attention kernels alone, timed on one CUDA device"};
   int batch = 16, heads = 12, seq_len = 1024, head_size = 64, iters = 20;
-  std::string kernels = "mma mma32 wmma";
+  std::string kernels = "mma mma2 wmma";
   app.add_option("--batch", batch, "sequences (B)")->check(CLI::PositiveNumber);
   app.add_option("--heads", heads, "heads (NH)")->check(CLI::PositiveNumber);
   app.add_option("--seq-len", seq_len, "positions (T)")->check(CLI::PositiveNumber);
   app.add_option("--head-size", head_size, "head size (hs): 32 or 64")
       ->check(CLI::IsMember({32, 64}));
   app.add_option("--iters", iters, "timed repetitions of each pass")->check(CLI::PositiveNumber);
-  app.add_option("--kernels", kernels, "kernel sets to time, space-separated: mma, mma32, wmma");
+  app.add_option("--kernels", kernels, "kernel sets to time, space-separated: mma, mma2, wmma");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -75,7 +75,7 @@ int Run(int argc, char** argv) {
     std::istringstream in(kernels);
     for (std::string name; in >> name;) {
       bool known = false;
-      for (FlashKernels set : {FlashKernels::kMma, FlashKernels::kMma32, FlashKernels::kWmma}) {
+      for (FlashKernels set : {FlashKernels::kMma, FlashKernels::kMma2, FlashKernels::kWmma}) {
         if (name == tessera::model::cuda::FlashKernelsName(set)) {
           sets.push_back(set);
           names.push_back(name);
@@ -83,8 +83,7 @@ int Run(int argc, char** argv) {
         }
       }
       if (!known) {
-        std::fprintf(stderr, "flash_bench: --kernels: %s is not mma, mma32 or wmma\n",
-                     name.c_str());
+        std::fprintf(stderr, "flash_bench: --kernels: %s is not mma, mma2 or wmma\n", name.c_str());
         return 2;
       }
     }

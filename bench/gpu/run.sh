@@ -201,12 +201,12 @@ if [[ "${SKIP_TESTS:-0}" != 1 ]]; then
   # The mma.sync flash kernels in processes of their own: a fault there (they are the newest
   # kernels) must not take the context of every other test with it.
   gtest "Gpu* tests" "$(budget 150 300)" "$(exe gpu_model_test)" \
-    --gtest_filter='Gpu*:CudaLibraries.*:-*/Mma:*/Mma32:*FlashMma*' \
+    --gtest_filter='Gpu*:CudaLibraries.*:-*/Mma:*/Mma2:*FlashMma*:*SecondVersion*' \
     --gtest_output="xml:$out/tests.xml"
   gtest "Gpu* tests of the mma.sync flash kernels" "$(budget 60 150)" "$(exe gpu_model_test)" \
     --gtest_filter='*/Mma:*FlashMma*' --gtest_output="xml:$out/tests-mma.xml"
-  gtest "Gpu* tests of the mma.sync flash kernels, 32-row forward" "$(budget 30 120)" \
-    "$(exe gpu_model_test)" --gtest_filter='*/Mma32' --gtest_output="xml:$out/tests-mma32.xml"
+  gtest "Gpu* tests of the second mma.sync flash kernels" "$(budget 30 120)" \
+    "$(exe gpu_model_test)" --gtest_filter='*/Mma2:*SecondVersion*' --gtest_output="xml:$out/tests-mma2.xml"
   gtest "GpuTrainerTest (bf16 trainer vs fp32, resume)" "$(budget 90 240)" "$(exe train_test)" \
     --gtest_filter='GpuTrainerTest.*'
   gtest GpuSmoke 60 "$(exe gpu_smoke_test)"
@@ -306,7 +306,7 @@ ncu=${NCU:-$(command -v ncu || ls -d /opt/nvidia/nsight-compute/*/ncu 2>/dev/nul
 if [[ "${SKIP_EXTRAS:-0}" != 1 ]] && [[ -x "$(exe flash_bench)" ]] && [[ -x "$ncu" ]] &&
   ((deadline - SECONDS > 150)); then
   if run "flash kernels, Nsight Compute" "$(budget 75 90)" "$ncu" --set full -k regex:FlashMma \
-    --launch-count 8 "$(exe flash_bench)" --kernels "mma mma32" --iters 1; then
+    --launch-count 10 "$(exe flash_bench)" --kernels "mma mma2" --iters 1; then
     cp "$stage_log" "$out/flash-ncu.txt"
     grep -E '^ *(FlashMma|void .*FlashMma)|^ +(Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per Thread|Achieved Occupancy|Theoretical Occupancy) ' \
       "$stage_log" | sed 's/^ */  /' >>"$summary"

@@ -10,6 +10,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <ostream>
 #include <random>
 #include <stdexcept>
@@ -119,12 +120,39 @@ TEST_P(GpuFlashAttention, MatchesTheCpuReferenceWithSeveralSequencesAndARaggedEn
 
 INSTANTIATE_TEST_SUITE_P(Gpu, GpuFlashAttention,
                          ::testing::Values(FlashKernels::kWmma, FlashKernels::kMma,
-                                           FlashKernels::kMma32),
+                                           FlashKernels::kMma2),
                          [](const ::testing::TestParamInfo<FlashKernels>& info) {
                            std::string name = FlashKernelsName(info.param);
                            name[0] = static_cast<char>(std::toupper(name[0]));
                            return name;
                          });
+
+// kMma2 writes each dQ once, without atomics: two backward passes give the same bits (the
+// atomics of kMma may not), and the dq scratch is left alone.
+TEST(GpuFlashAttentionShapes, SecondVersionBackwardIsDeterministic) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  const int B = 2, T = 300, C = 768, NH = 12;
+  const size_t qkv_size = size_t{B} * T * 3 * C, out_size = size_t{B} * T * C;
+  const size_t rows = size_t{B} * NH * T;
+  DeviceBf16 d_qkv(RandomBf16(qkv_size, 1.0f, 7)), d_dout(RandomBf16(out_size, 1.0f, 8));
+  DeviceBf16 d_out(out_size), first(qkv_size), second(qkv_size);
+  DeviceArray<float> lse(rows), delta(rows), dq(std::vector<float>(out_size, 42.0f));
+  flash_attention_forward(d_out.as<bf16>(), lse.get(), d_qkv.as<bf16>(), B, T, C, NH, nullptr,
+                          FlashKernels::kMma2);
+  for (DeviceBf16* dqkv : {&first, &second}) {
+    flash_attention_backward(dqkv->as<bf16>(), delta.get(), dq.get(), d_dout.as<bf16>(),
+                             d_qkv.as<bf16>(), d_out.as<bf16>(), lse.get(), B, T, C, NH, nullptr,
+                             FlashKernels::kMma2);
+  }
+  TESSERA_CUDA_OK(cudaDeviceSynchronize());
+  const std::vector<float> a = first.ToHost(), b = second.ToHost();
+  size_t differ = 0;
+  for (size_t i = 0; i < a.size(); i++)
+    differ += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+  EXPECT_EQ(differ, 0u);
+  const std::vector<float> scratch = dq.ToHost();
+  EXPECT_TRUE(std::all_of(scratch.begin(), scratch.end(), [](float x) { return x == 42.0f; }));
+}
 
 TEST(GpuFlashAttentionShapes, RefusesAnUnsupportedHeadSizeBeforeLaunching) {
   TESSERA_SKIP_WITHOUT_GPU();
@@ -132,7 +160,7 @@ TEST(GpuFlashAttentionShapes, RefusesAnUnsupportedHeadSizeBeforeLaunching) {
   DeviceBf16 dqkv(size_t{8} * 3 * 96);
   DeviceArray<float> lse(8), delta(8), dq(size_t{8} * 96);
   // hs = 96 / 6 = 16.
-  for (FlashKernels kernels : {FlashKernels::kWmma, FlashKernels::kMma, FlashKernels::kMma32}) {
+  for (FlashKernels kernels : {FlashKernels::kWmma, FlashKernels::kMma, FlashKernels::kMma2}) {
     EXPECT_THROW(flash_attention_forward(out.as<bf16>(), lse.get(), qkv.as<bf16>(), 1, 8, 96, 6,
                                          nullptr, kernels),
                  std::invalid_argument);

@@ -25,8 +25,9 @@ using warp_emu::test::RandomBf16Values;
 using warp_emu::test::ToBits;
 using warp_emu::test::ToFloats;
 
-// kRowTiles: the forward's row tiles of 16 a warp (1: kMma, 2: kMma32; one backward).
-template <int HS, int kRowTiles = 1>
+// The kernels of one set: kMma (kRowTiles 1, dQ by atomics in the dK/dV kernel) or kMma2
+// (kRowTiles 2, dQ by FlashMmaDqKernel).
+template <int HS, int kRowTiles = 1, bool kSplitDq = false>
 void CheckAgainstCpu(int B, int T, int NH, uint64_t seed) {
   const int C = NH * HS;
   const size_t N = static_cast<size_t>(B) * T;
@@ -68,15 +69,28 @@ void CheckAgainstCpu(int B, int T, int NH, uint64_t seed) {
   backward.threads = kBackwardThreads;
   backward.shared_bytes = BackwardSharedBytes<HS>();
   warp_emu::Launch(backward, [&] {
-    FlashMmaBackwardKernel<HS>(dinp_bits.data(), dq_accum.data(), dout_bits.data(), qkv_bits.data(),
-                               lse.data(), delta.data(), T, NH, scale);
+    FlashMmaBackwardKernel<HS, !kSplitDq>(dinp_bits.data(), kSplitDq ? nullptr : dq_accum.data(),
+                                          dout_bits.data(), qkv_bits.data(), lse.data(),
+                                          delta.data(), T, NH, scale);
   });
-  warp_emu::LaunchConfig convert;
-  convert.grid_x = static_cast<unsigned>((N * C + kDqConvertThreads - 1) / kDqConvertThreads);
-  convert.threads = kDqConvertThreads;
-  warp_emu::Launch(convert, [&] {
-    FlashDqConvertKernel(dinp_bits.data(), dq_accum.data(), static_cast<int64_t>(N), C);
-  });
+  if constexpr (kSplitDq) {
+    warp_emu::LaunchConfig dq;
+    dq.grid_x = static_cast<unsigned>((T + kDqQueries - 1) / kDqQueries);
+    dq.grid_y = static_cast<unsigned>(B * NH);
+    dq.threads = kDqThreads;
+    dq.shared_bytes = DqSharedBytes<HS>();
+    warp_emu::Launch(dq, [&] {
+      FlashMmaDqKernel<HS>(dinp_bits.data(), dout_bits.data(), qkv_bits.data(), lse.data(),
+                           delta.data(), T, NH, scale);
+    });
+  } else {
+    warp_emu::LaunchConfig convert;
+    convert.grid_x = static_cast<unsigned>((N * C + kDqConvertThreads - 1) / kDqConvertThreads);
+    convert.threads = kDqConvertThreads;
+    warp_emu::Launch(convert, [&] {
+      FlashDqConvertKernel(dinp_bits.data(), dq_accum.data(), static_cast<int64_t>(N), C);
+    });
+  }
 
   // The CPU reference in fp32, and the log-sum-exp in double.
   std::vector<float> out(N * C), att(static_cast<size_t>(B) * NH * T * T, 0.0f), dqkv(N * 3 * C);
@@ -142,15 +156,16 @@ TEST(FlashMmaEmulated, ShortSequence) {
   CheckAgainstCpu<32>(2, 5, 2, 14);
 }
 
-// The forward with two row tiles a warp (kMma32): the same shapes, so each row tile meets
-// partial key tiles, warps past T, a second row tile past T while the first is not (T = 100
-// and T = 5), and key tiles needed by the second row tile only.
-TEST(FlashMmaEmulated, TwoRowTilesAWarp) {
-  CheckAgainstCpu<32, 2>(1, 64, 2, 21);
-  CheckAgainstCpu<64, 2>(1, 100, 2, 22);
-  CheckAgainstCpu<64, 2>(2, 200, 1, 23);
-  CheckAgainstCpu<32, 2>(2, 5, 2, 24);
-  CheckAgainstCpu<32, 2>(1, 24, 1, 25);
+// kMma2: the forward with two row tiles a warp and dQ in a kernel of its own, at the same
+// shapes, so each row tile meets partial key tiles, warps past T, a second row tile past T while
+// the first is not (T = 100 and T = 5), key tiles needed by the second row tile only (T = 24),
+// and dQ blocks of 64 queries whose last key tile is partial.
+TEST(FlashMmaEmulated, SecondVersion) {
+  CheckAgainstCpu<32, 2, true>(1, 64, 2, 21);
+  CheckAgainstCpu<64, 2, true>(1, 100, 2, 22);
+  CheckAgainstCpu<64, 2, true>(2, 200, 1, 23);
+  CheckAgainstCpu<32, 2, true>(2, 5, 2, 24);
+  CheckAgainstCpu<32, 2, true>(1, 24, 1, 25);
 }
 
 }  // namespace

@@ -530,6 +530,29 @@ void LaunchMmaBackward(bf16* dinp, float* dq_accum, const bf16* dout, const bf16
   CheckLaunch("flash_attention_backward (mma)");
 }
 
+// kMma2's backward: dK and dV (the kernel above without dQ), then dQ by FlashMmaDqKernel
+// straight into dinp (no scratch, no atomics).
+template <int HS>
+void LaunchMmaBackwardSplit(bf16* dinp, const bf16* dout, const bf16* inp, const float* lse,
+                            const float* delta, int B, int T, int NH, cudaStream_t stream) {
+  const float scale = 1.0f / sqrtf(static_cast<float>(HS));
+  constexpr size_t kv_bytes = flash_mma::BackwardSharedBytes<HS>();
+  SetSharedBytes(flash_mma::FlashMmaBackwardKernel<HS, false>, kv_bytes,
+                 "flash_attention_backward shared memory");
+  const dim3 kv_grid(Blocks(T, flash_mma::kBackwardKeys), static_cast<unsigned>(B * NH));
+  flash_mma::FlashMmaBackwardKernel<HS, false>
+      <<<kv_grid, flash_mma::kBackwardThreads, kv_bytes, stream>>>(
+          Bits(dinp), nullptr, Bits(dout), Bits(inp), lse, delta, T, NH, scale);
+  CheckLaunch("flash_attention_backward (mma2, dk and dv)");
+  constexpr size_t q_bytes = flash_mma::DqSharedBytes<HS>();
+  SetSharedBytes(flash_mma::FlashMmaDqKernel<HS>, q_bytes,
+                 "flash_attention_backward shared memory");
+  const dim3 q_grid(Blocks(T, flash_mma::kDqQueries), static_cast<unsigned>(B * NH));
+  flash_mma::FlashMmaDqKernel<HS><<<q_grid, flash_mma::kDqThreads, q_bytes, stream>>>(
+      Bits(dinp), Bits(dout), Bits(inp), lse, delta, T, NH, scale);
+  CheckLaunch("flash_attention_backward (mma2, dq)");
+}
+
 }  // namespace
 
 void flash_attention_forward(bf16* out, float* lse, const bf16* inp, int B, int T, int C, int NH,
@@ -543,9 +566,9 @@ void flash_attention_forward(bf16* out, float* lse, const bf16* inp, int B, int 
     LaunchMmaForward<32, 1>(out, lse, inp, B, T, NH, stream);
   else if (kernels == FlashKernels::kMma)
     LaunchMmaForward<64, 1>(out, lse, inp, B, T, NH, stream);
-  else if (kernels == FlashKernels::kMma32 && hs == 32)
+  else if (kernels == FlashKernels::kMma2 && hs == 32)
     LaunchMmaForward<32, 2>(out, lse, inp, B, T, NH, stream);
-  else if (kernels == FlashKernels::kMma32)
+  else if (kernels == FlashKernels::kMma2)
     LaunchMmaForward<64, 2>(out, lse, inp, B, T, NH, stream);
   else if (hs == 32)
     LaunchForward<32>(out, lse, inp, B, T, NH, stream);
@@ -568,12 +591,18 @@ void flash_attention_backward(bf16* dinp, float* delta_scratch, float* dq_scratc
                                 flash_mma::kDeltaThreads, 0, stream>>>(delta_scratch, Bits(dout),
                                                                        Bits(out), B, T, NH, hs);
   CheckLaunch("flash_attention_backward (delta)");
+  if (kernels == FlashKernels::kMma2) {
+    if (hs == 32)
+      LaunchMmaBackwardSplit<32>(dinp, dout, inp, lse, delta_scratch, B, T, NH, stream);
+    else
+      LaunchMmaBackwardSplit<64>(dinp, dout, inp, lse, delta_scratch, B, T, NH, stream);
+    return;
+  }
   CheckCuda(cudaMemsetAsync(dq_scratch, 0, static_cast<size_t>(N) * C * sizeof(float), stream),
             "flash_attention_backward (zero dq)", __FILE__, __LINE__);
-  const bool mma = kernels == FlashKernels::kMma || kernels == FlashKernels::kMma32;
-  if (mma && hs == 32)
+  if (kernels == FlashKernels::kMma && hs == 32)
     LaunchMmaBackward<32>(dinp, dq_scratch, dout, inp, lse, delta_scratch, B, T, NH, stream);
-  else if (mma)
+  else if (kernels == FlashKernels::kMma)
     LaunchMmaBackward<64>(dinp, dq_scratch, dout, inp, lse, delta_scratch, B, T, NH, stream);
   else if (hs == 32)
     LaunchBackward<32>(dinp, dq_scratch, dout, inp, lse, delta_scratch, B, T, NH, stream);

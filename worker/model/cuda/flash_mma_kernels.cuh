@@ -38,7 +38,7 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
 // Forward warps own kRowTiles tiles of 16 query rows each: 8 warps of one tile (kMma), or 4
-// warps of two (kMma32), which use each k and v fragment loaded from shared memory for twice
+// warps of two (kMma2), which use each k and v fragment loaded from shared memory for twice
 // the products.
 template <int kRowTiles>
 TESSERA_HOST_DEVICE constexpr int ForwardThreads() {
@@ -358,8 +358,9 @@ FlashMmaForwardKernel(Bf16Bits* out, float* lse, const Bf16Bits* inp, int T, int
 // then dS^T goes to shared memory, and warp w computes dQ of the tile's queries
 // 16 (w % 4) .. +15, head columns (w / 4) HS/2 .. +HS/2, over all 128 keys (dS k), and adds it,
 // scaled, to the fp32 dq_accum (B,T,C) by float2 atomics: 128 keys a block halve the atomics
-// of 64. delta (B,NH,T) = rowsum(dO * O) is computed before (flash_attention.cu).
-template <int HS>
+// of 64. delta (B,NH,T) = rowsum(dO * O) is computed before (FlashDeltaKernel). With kWithDq
+// false, only dK and dV (FlashMmaDqKernel computes dQ; dq_accum is not used).
+template <int HS, bool kWithDq = true>
 TESSERA_KERNEL(kBackwardThreads, 1)
 FlashMmaBackwardKernel(Bf16Bits* dinp, float* dq_accum, const Bf16Bits* dout, const Bf16Bits* inp,
                        const float* lse, const float* delta, int T, int NH, float scale) {
@@ -459,9 +460,11 @@ FlashMmaBackwardKernel(Bf16Bits* dinp, float* dq_accum, const Bf16Bits* dout, co
 
     if (k0 + 16 * warp_id > q0 + kQueryTile - 1) {
       // Every key of the warp follows every query of the tile: dS^T is zero (warp-uniform).
-      for (int j = 0; j < kQueryChunks; j++) {
-        warp::Store32(sds_warp + g * kLdScores + 8 * j + 2 * t, 0);
-        warp::Store32(sds_warp + (g + 8) * kLdScores + 8 * j + 2 * t, 0);
+      if constexpr (kWithDq) {
+        for (int j = 0; j < kQueryChunks; j++) {
+          warp::Store32(sds_warp + g * kLdScores + 8 * j + 2 * t, 0);
+          warp::Store32(sds_warp + (g + 8) * kLdScores + 8 * j + 2 * t, 0);
+        }
       }
     } else {
       // S^T (16 keys, 64 queries) = k q^T, then P^T in place: zero where the query precedes
@@ -496,12 +499,16 @@ FlashMmaBackwardKernel(Bf16Bits* dinp, float* dq_accum, const Bf16Bits* dout, co
       for (int kk = 0; kk < kQueryTile / 16; kk++)
         AccumulatorToA(dsa[0][kk], ds[2 * kk], ds[2 * kk + 1]);
       MmaTimesRows<HS>(dk_tile, dsa, sq_t, lane);
-      for (int j = 0; j < kQueryChunks; j++) {
-        const int c = 8 * j + 2 * t;
-        warp::Store32(sds_warp + g * kLdScores + c, dsa[0][j / 2][(j % 2) * 2]);
-        warp::Store32(sds_warp + (g + 8) * kLdScores + c, dsa[0][j / 2][(j % 2) * 2 + 1]);
+      if constexpr (kWithDq) {
+        for (int j = 0; j < kQueryChunks; j++) {
+          const int c = 8 * j + 2 * t;
+          warp::Store32(sds_warp + g * kLdScores + c, dsa[0][j / 2][(j % 2) * 2]);
+          warp::Store32(sds_warp + (g + 8) * kLdScores + c, dsa[0][j / 2][(j % 2) * 2 + 1]);
+        }
       }
     }
+    if constexpr (!kWithDq)
+      continue;           // dQ is FlashMmaDqKernel's
     warp::SyncThreads();  // dS^T of all 128 keys is in place
 
     // dQ of queries q0 + 16 (w % 4) .. +15, head columns (w / 4) HS/2 .. +HS/2 = dS (16, 128
@@ -536,6 +543,144 @@ FlashMmaBackwardKernel(Bf16Bits* dinp, float* dq_accum, const Bf16Bits* dout, co
     for (int n = 0; n < HS / 8; n++) {
       warp::Store32(dst + 8 * n, warp::PackBf16x2(dk[n][2 * i] * scale, dk[n][2 * i + 1] * scale));
       warp::Store32(dst + C + 8 * n, warp::PackBf16x2(dv[n][2 * i], dv[n][2 * i + 1]));
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// dQ in a kernel of its own (FlashKernels::kMma2, with FlashMmaBackwardKernel<HS, false> for dK
+// and dV): no atomics, no fp32 scratch, the same bits every run, at the price of recomputing S
+// and dP (7 products for the backward instead of 5). Grid (query blocks of kDqQueries, B*NH),
+// kDqThreads threads; the heaviest blocks (last queries) go first. Warp w owns queries
+// r0 = q0 + 16w .. +15 and holds their q and dO as A fragments; for each key tile of 64 at or
+// below its rows (double-buffered by cp.async, as the forward's):
+//   S = q k^T, P = exp2(S scale log2e - lse log2e) (masked), dP = dO v^T, dS = P (dP - D),
+//   dQ += dS k,
+// then dQ times the scale is rounded into dinp's q columns.
+constexpr int kDqWarps = 4;
+constexpr int kDqThreads = kDqWarps * warp::kWarpSize;
+constexpr int kDqQueries = 16 * kDqWarps;  // per block
+
+// Two stages of (k tile, v tile), as the forward; the block's q and dO are staged through
+// stage 1's k and v tiles first.
+template <int HS>
+TESSERA_HOST_DEVICE constexpr size_t DqSharedBytes() {
+  static_assert(kDqQueries == kKeyTile, "q and dO are staged in a stage's k and v tiles");
+  return 4 * HeadTileBytes<HS>(kKeyTile);
+}
+
+template <int HS>
+TESSERA_KERNEL(kDqThreads, 2)
+FlashMmaDqKernel(Bf16Bits* dinp, const Bf16Bits* dout, const Bf16Bits* inp, const float* lse,
+                 const float* delta, int T, int NH, float scale) {
+  static_assert(HS == 32 || HS == 64, "head sizes 32 and 64");
+  constexpr int kLd = LdHead<HS>();
+  constexpr int kKeyChunks = kKeyTile / 8;
+  constexpr size_t kTileBytes = HeadTileBytes<HS>(kKeyTile);
+  unsigned char* shared = warp::SharedMemory();
+  auto sk = [shared](int stage) {
+    return reinterpret_cast<Bf16Bits*>(shared + 2 * stage * kTileBytes);
+  };
+  auto sv = [shared](int stage) {
+    return reinterpret_cast<Bf16Bits*>(shared + (2 * stage + 1) * kTileBytes);
+  };
+
+  const int qblock = static_cast<int>(warp::GridDimX() - 1 - warp::BlockIdxX());
+  const int bh = static_cast<int>(warp::BlockIdxY());
+  const int b = bh / NH;
+  const int h = bh % NH;
+  const int C = NH * HS;
+  const int64_t stride = 3 * static_cast<int64_t>(C);
+  const int64_t row_base = static_cast<int64_t>(b) * T;
+  const Bf16Bits* q = inp + row_base * stride + h * HS;
+  const Bf16Bits* k = q + C;
+  const Bf16Bits* v = q + 2 * C;
+  const Bf16Bits* dout_bh = dout + row_base * C + h * HS;
+  const int q0 = qblock * kDqQueries;
+  const float scale_log2 = scale * kLog2e;
+
+  const int warp_id = static_cast<int>(warp::ThreadIdx()) / warp::kWarpSize;
+  const int lane = static_cast<int>(warp::ThreadIdx()) % warp::kWarpSize;
+  const int g = lane / 4;
+  const int t = lane % 4;
+  const int r0 = q0 + 16 * warp_id;
+  const int row[2] = {r0 + g, r0 + g + 8};
+  float row_lse[2], row_delta[2];  // lse in base 2; rows past T: 0 (never written out)
+  for (int i = 0; i < 2; i++) {
+    const bool valid = row[i] < T;
+    row_lse[i] = valid ? lse[static_cast<int64_t>(bh) * T + row[i]] * kLog2e : 0.0f;
+    row_delta[i] = valid ? delta[static_cast<int64_t>(bh) * T + row[i]] : 0.0f;
+  }
+
+  const int block_last = (q0 + kDqQueries < T ? q0 + kDqQueries : T) - 1;
+  const int last_tile = block_last / kKeyTile;
+  const int warp_last_tile = r0 < T ? ((r0 + 15 < T ? r0 + 15 : T - 1) / kKeyTile) : -1;
+
+  // q and dO of the block through stage 1 into A fragments, while key tile 0 comes into stage 0.
+  LoadRowsAsync<HS>(sk(1), q, stride, q0, kDqQueries, T, kDqThreads);
+  LoadRowsAsync<HS>(sv(1), dout_bh, C, q0, kDqQueries, T, kDqThreads);
+  LoadRowsAsync<HS>(sk(0), k, stride, 0, kKeyTile, T, kDqThreads);
+  LoadRowsAsync<HS>(sv(0), v, stride, 0, kKeyTile, T, kDqThreads);
+  warp::CpAsyncCommit();
+  warp::CpAsyncWait<0>();
+  warp::SyncThreads();
+  uint32_t qa[1][HS / 16][4];
+  uint32_t doa[1][HS / 16][4];
+  TESSERA_UNROLL
+  for (int kk = 0; kk < HS / 16; kk++) {
+    warp::LdMatrixX4(qa[0][kk], AFragmentRow(sk(1), kLd, 16 * warp_id, kk * 16, lane));
+    warp::LdMatrixX4(doa[0][kk], AFragmentRow(sv(1), kLd, 16 * warp_id, kk * 16, lane));
+  }
+  float dq_tile[1][HS / 8][4] = {};
+
+  for (int kt = 0; kt <= last_tile; kt++) {
+    const int k0 = kt * kKeyTile;
+    const int stage = kt % 2;
+    warp::SyncThreads();  // the other stage (the staged q and dO, or tile kt - 1) is consumed
+    if (kt < last_tile) {
+      LoadRowsAsync<HS>(sk(1 - stage), k, stride, k0 + kKeyTile, kKeyTile, T, kDqThreads);
+      LoadRowsAsync<HS>(sv(1 - stage), v, stride, k0 + kKeyTile, kKeyTile, T, kDqThreads);
+    }
+    warp::CpAsyncCommit();
+    warp::CpAsyncWait<1>();  // tile kt is in (only tile kt + 1 may still be in flight)
+    warp::SyncThreads();
+    if (kt > warp_last_tile)
+      continue;  // warp-uniform: every key of the tile lies after the warp's rows
+
+    // S (16, 64) = q k^T and dP (16, 64) = dO v^T, then dS = P (dP - D) in dP's place.
+    float s[1][kKeyChunks][4] = {};
+    float dp[1][kKeyChunks][4] = {};
+    MmaRowsAsColumns<HS>(s, qa, sk(stage), lane);
+    MmaRowsAsColumns<HS>(dp, doa, sv(stage), lane);
+    const bool masked = k0 + kKeyTile - 1 > r0;
+    TESSERA_UNROLL
+    for (int j = 0; j < kKeyChunks; j++) {
+      TESSERA_UNROLL
+      for (int e = 0; e < 4; e++) {
+        const int key = k0 + 8 * j + 2 * t + (e & 1);
+        const int r = e / 2;
+        const float p =
+            masked && key > row[r] ? 0.0f : warp::Exp2(s[0][j][e] * scale_log2 - row_lse[r]);
+        dp[0][j][e] = p * (dp[0][j][e] - row_delta[r]);
+      }
+    }
+    // dQ (16, HS) += dS (16, 64) k (64, HS).
+    uint32_t dsa[1][kKeyTile / 16][4];
+    TESSERA_UNROLL
+    for (int kk = 0; kk < kKeyTile / 16; kk++)
+      AccumulatorToA(dsa[0][kk], dp[0][2 * kk], dp[0][2 * kk + 1]);
+    MmaTimesRows<HS>(dq_tile, dsa, sk(stage), lane);
+  }
+
+  // dQ (with the scale) of the warp's valid rows into dinp's q columns.
+  for (int i = 0; i < 2; i++) {
+    if (row[i] >= T)
+      continue;
+    Bf16Bits* dst = dinp + (row_base + row[i]) * stride + h * HS + 2 * t;
+    TESSERA_UNROLL
+    for (int n = 0; n < HS / 8; n++) {
+      warp::Store32(dst + 8 * n, warp::PackBf16x2(dq_tile[0][n][2 * i] * scale,
+                                                  dq_tile[0][n][2 * i + 1] * scale));
     }
   }
 }

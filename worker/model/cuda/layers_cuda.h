@@ -173,23 +173,24 @@ void attention_softmax_backward(bf16* datt, const bf16* att, int BH, int T, floa
 // No (T,T) matrix in memory: scores are computed per 64-key tile on tensor cores (bf16 inputs,
 // fp32 accumulation) with an online softmax in fp32. Two implementations (FlashKernels):
 // kWmma (flash_attention.cu: nvcuda::wmma, every score tile through shared memory) and kMma
-// (flash_mma_kernels.cuh: mma.sync with scores and probabilities in registers); kMma32 is kMma
-// with a forward of 4 warps of 32 query rows instead of 8 of 16 (each k and v fragment read
-// from shared memory feeds twice the products), timed against it by bench/gpu/flash_bench
-// before the model takes either (its backward is kMma's). Supports head
+// (flash_mma_kernels.cuh: mma.sync with scores and probabilities in registers); kMma2 is a
+// second mma.sync version, timed against kMma by bench/gpu/flash_bench before the model takes
+// either: a forward of 4 warps of 32 query rows instead of 8 of 16 (each k and v fragment read
+// from shared memory feeds twice the products), and a backward whose dQ has a kernel of its own
+// (S and dP recomputed; no atomics, no dq_scratch, the same bits every run). Supports head
 // sizes hs = C / NH of 32 and 64, any T >= 1, a device of compute capability >= 8.0, and
 // 16-byte aligned bf16 arrays; otherwise throws std::invalid_argument naming the shape, before
 // any launch.
-enum class FlashKernels { kWmma, kMma, kMma32 };
-// "wmma", "mma", "mma32": how flash_bench and the tests name a set.
+enum class FlashKernels { kWmma, kMma, kMma2 };
+// "wmma", "mma", "mma2": how flash_bench and the tests name a set.
 inline const char* FlashKernelsName(FlashKernels kernels) {
   switch (kernels) {
     case FlashKernels::kWmma:
       return "wmma";
     case FlashKernels::kMma:
       return "mma";
-    case FlashKernels::kMma32:
-      return "mma32";
+    case FlashKernels::kMma2:
+      return "mma2";
   }
   return "?";
 }
@@ -200,7 +201,8 @@ void flash_attention_forward(bf16* out, float* lse, const bf16* inp, int B, int 
 // dinp (B,T,3C) = gradient of inp (overwritten: dq | dk | dv in inp's layout) from dout (B,T,C),
 // given the forward's inp, out and lse. Scratch: delta_scratch (B,NH,T) fp32 holds
 // D = rowsum(dout * out); dq_scratch (B,T,C) fp32 accumulates dq by atomic adds over key tiles
-// (zeroed here), so dq may differ in the last bits from run to run; dk and dv do not.
+// (zeroed here), so dq may differ in the last bits from run to run; dk and dv do not (kMma2
+// leaves dq_scratch alone, and its dq does not vary).
 void flash_attention_backward(bf16* dinp, float* delta_scratch, float* dq_scratch, const bf16* dout,
                               const bf16* inp, const bf16* out, const float* lse, int B, int T,
                               int C, int NH, cudaStream_t stream,
