@@ -1,7 +1,7 @@
 // gpt_bench: Tessera's side of bench/gpu/run.sh. Trains the GPT on one CUDA device (bf16,
 // AdamW) on random tokens and prints one line:
 //   tessera tokens_per_s=... step_ms=... mfu=... ... attention=... gelu_fusion=... gemm_tune=...
-// --attention matmul|flash|flash-mma (default matmul) picks the attention kernels,
+// --attention matmul|flash|flash-mma|flash-mma2 (default matmul) picks the attention kernels,
 // --gelu-fusion moves the MLP's GELU into cuBLASLt epilogues, --gemm-tune N times N cuBLASLt
 // candidates per product shape (GptCudaOptions; TESSERA_ATTENTION, TESSERA_GELU_FUSION and
 // TESSERA_GEMM_TUNE in the environment override them, and the line shows the flags' values).
@@ -45,8 +45,8 @@ int Run(int argc, char** argv) {
   app.add_option("--warmup", warmup, "untimed steps first");
   app.add_option("--peak-tflops", peak_tflops, "the device's dense bf16 peak, for MFU");
   app.add_option("--attention", attention,
-                 "attention kernels: matmul (cuBLASLt), flash (fused, wmma) or flash-mma (fused, "
-                 "mma.sync)")
+                 "attention kernels: matmul (cuBLASLt), flash (fused, wmma), flash-mma (fused, "
+                 "mma.sync) or flash-mma2 (its second version)")
       ->check(CLI::Validator(
           [](const std::string& name) {
             tessera::model::GpuAttention unused;

@@ -20,7 +20,7 @@
 # summary.txt. Exit status: 0 all passed; 1 a test or a benchmark failed (the ratio line is
 # still printed when both benchmarks ran); 2 no binaries; 3 no GPU.
 #
-# Environment: VARIANTS ("matmul flash flash-mma flash-mma+gelu flash-mma+gelu+tune": the
+# Environment: VARIANTS ("matmul flash flash-mma flash-mma2 flash-mma+gelu flash-mma+gelu+tune": the
 # configurations to time, an attention and optional +gelu / +tune each, the first for the
 # ratio; ATTENTIONS, its older name, is read when VARIANTS is unset), BATCH (16), STEPS (20),
 # WARMUP (3), PEAK_TFLOPS (989, dense bf16 of an H100/H200 SXM), BUDGET_S (470: the whole
@@ -198,15 +198,16 @@ say "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
 
 # ---- 2. correctness -------------------------------------------------------------------
 if [[ "${SKIP_TESTS:-0}" != 1 ]]; then
-  # The mma.sync flash kernels in processes of their own: a fault there (they are the newest
-  # kernels) must not take the context of every other test with it.
+  # The tests that run the mma.sync flash kernels (also the model with them and tuned products)
+  # in processes of their own, one per version: a fault there (they are the newest kernels)
+  # must not take the context of every other test with it.
   gtest "Gpu* tests" "$(budget 150 300)" "$(exe gpu_model_test)" \
-    --gtest_filter='Gpu*:CudaLibraries.*:-*/Mma:*/Mma2:*FlashMma*:*SecondVersion*' \
+    --gtest_filter='Gpu*:CudaLibraries.*:-*/Mma:*/Mma2:*FlashMma*:*SecondVersion*:*TunedProducts*' \
     --gtest_output="xml:$out/tests.xml"
   gtest "Gpu* tests of the mma.sync flash kernels" "$(budget 60 150)" "$(exe gpu_model_test)" \
-    --gtest_filter='*/Mma:*FlashMma*' --gtest_output="xml:$out/tests-mma.xml"
+    --gtest_filter='*/Mma:*FlashMma*:*TunedProducts*:-*FlashMma2*' --gtest_output="xml:$out/tests-mma.xml"
   gtest "Gpu* tests of the second mma.sync flash kernels" "$(budget 30 120)" \
-    "$(exe gpu_model_test)" --gtest_filter='*/Mma2:*SecondVersion*' --gtest_output="xml:$out/tests-mma2.xml"
+    "$(exe gpu_model_test)" --gtest_filter='*/Mma2:*SecondVersion*:*FlashMma2*' --gtest_output="xml:$out/tests-mma2.xml"
   gtest "GpuTrainerTest (bf16 trainer vs fp32, resume)" "$(budget 90 240)" "$(exe train_test)" \
     --gtest_filter='GpuTrainerTest.*'
   gtest GpuSmoke 60 "$(exe gpu_smoke_test)"
@@ -241,7 +242,7 @@ best_tps=0
 best_name=""
 bench_help=$("$(exe gpt_bench)" --help 2>&1)
 if grep -q -- '--gelu-fusion' <<<"$bench_help"; then
-  read -r -a variants <<<"${VARIANTS:-${ATTENTIONS:-matmul flash flash-mma flash-mma+gelu flash-mma+gelu+tune}}"
+  read -r -a variants <<<"${VARIANTS:-${ATTENTIONS:-matmul flash flash-mma flash-mma2 flash-mma+gelu flash-mma+gelu+tune}}"
 elif grep -q -- '--attention' <<<"$bench_help"; then
   read -r -a variants <<<"${ATTENTIONS:-matmul flash flash-mma}"
 fi

@@ -142,6 +142,11 @@ TEST(GpuModel, ForwardAndBackwardWithFlashMmaAttentionMatchTheCpuModel) {
   CheckFusedAttentionAgainstCpu(GpuAttention::kFlashMma);
 }
 
+TEST(GpuModel, ForwardAndBackwardWithFlashMma2AttentionMatchTheCpuModel) {
+  TESSERA_SKIP_WITHOUT_GPU();
+  CheckFusedAttentionAgainstCpu(GpuAttention::kFlashMma2);
+}
+
 // The names TESSERA_ATTENTION and gpt_bench --attention take (no GPU needed).
 TEST(GpuModel, AttentionNamesParse) {
   GpuAttention attention = GpuAttention::kFlash;
@@ -149,9 +154,12 @@ TEST(GpuModel, AttentionNamesParse) {
   EXPECT_EQ(attention, GpuAttention::kMatmul);
   ASSERT_TRUE(ParseGpuAttention("flash", &attention));
   EXPECT_EQ(attention, GpuAttention::kFlash);
+  ASSERT_TRUE(ParseGpuAttention("flash-mma2", &attention));
+  EXPECT_EQ(attention, GpuAttention::kFlashMma2);
   ASSERT_TRUE(ParseGpuAttention("flash-mma", &attention));
   EXPECT_EQ(attention, GpuAttention::kFlashMma);
   EXPECT_FALSE(ParseGpuAttention("fused", &attention));
+  EXPECT_FALSE(ParseGpuAttention("flash-mma3", &attention));
   EXPECT_FALSE(ParseGpuAttention("", &attention));
   EXPECT_EQ(attention, GpuAttention::kFlashMma);  // unchanged by a refused name
 }

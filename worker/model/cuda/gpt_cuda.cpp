@@ -71,8 +71,14 @@ struct GptCuda::Impl {
   GpuAttention attention = GpuAttention::kMatmul;
   bool gelu_fusion = false;  // GptCudaOptions::gelu_fusion
   cuda::FlashKernels flash_kernels() const {
-    return attention == GpuAttention::kFlashMma ? cuda::FlashKernels::kMma
-                                                : cuda::FlashKernels::kWmma;
+    switch (attention) {
+      case GpuAttention::kFlashMma:
+        return cuda::FlashKernels::kMma;
+      case GpuAttention::kFlashMma2:
+        return cuda::FlashKernels::kMma2;
+      default:
+        return cuda::FlashKernels::kWmma;
+    }
   }
   int64_t P = 0;
   int Vp = 0;  // logits row stride: vocab rounded up to 64, so that every row is aligned

@@ -22,12 +22,15 @@ namespace tessera::model {
 // fused softmax, the (B,NH,T,T) probabilities kept for backward. kFlash: one fused kernel per
 // pass (flash_attention_forward/backward, the nvcuda::wmma kernels), nothing of size T*T in
 // memory, head sizes 32 and 64 only. kFlashMma: the same on mma.sync kernels that keep scores in
-// registers (flash_mma_kernels.cuh). Neither is the default until measured faster (docs/gpu.md).
-enum class GpuAttention { kMatmul, kFlash, kFlashMma };
+// registers (flash_mma_kernels.cuh); kFlashMma2: their second version (32 query rows a forward
+// warp; dQ in a kernel of its own, no atomics). None is the default until measured faster
+// (docs/gpu.md).
+enum class GpuAttention { kMatmul, kFlash, kFlashMma, kFlashMma2 };
 
 // The attentions' names, as TESSERA_ATTENTION and gpt_bench --attention spell them.
-inline constexpr const char* kGpuAttentionNames = "matmul, flash or flash-mma";
-// Sets *attention from its name ("matmul", "flash", "flash-mma"); false for any other name.
+inline constexpr const char* kGpuAttentionNames = "matmul, flash, flash-mma or flash-mma2";
+// Sets *attention from its name ("matmul", "flash", "flash-mma", "flash-mma2"); false for any
+// other name.
 inline bool ParseGpuAttention(std::string_view name, GpuAttention* attention) {
   if (name == "matmul")
     *attention = GpuAttention::kMatmul;
@@ -35,6 +38,8 @@ inline bool ParseGpuAttention(std::string_view name, GpuAttention* attention) {
     *attention = GpuAttention::kFlash;
   else if (name == "flash-mma")
     *attention = GpuAttention::kFlashMma;
+  else if (name == "flash-mma2")
+    *attention = GpuAttention::kFlashMma2;
   else
     return false;
   return true;
@@ -69,7 +74,8 @@ inline bool ParseGemmTune(std::string_view text, int* candidates) {
 
 struct GptCudaOptions {
   int device = 0;  // CUDA device ordinal; the model makes it current in every call
-  // Overridden by the environment variable TESSERA_ATTENTION=matmul|flash|flash-mma when set.
+  // Overridden by the environment variable TESSERA_ATTENTION=matmul|flash|flash-mma|flash-mma2 when
+  // set.
   GpuAttention attention = GpuAttention::kMatmul;
   // The MLP's GELU in the epilogues of its two products (cuBLASLt GELU_AUX_BIAS forward, DGELU
   // backward) instead of two elementwise kernels. Overridden by TESSERA_GELU_FUSION=0|1.
@@ -173,9 +179,9 @@ class GptCuda {
 // Creates the device model: parameters allocated, zero, on options.device. Returns null and
 // sets *error to one line when it cannot: "built without CUDA" (a build with TESSERA_CUDA=OFF or
 // no toolkit), "no CUDA device" (none visible), an invalid configuration (ValidateGptConfig's
-// message), a TESSERA_ATTENTION other than matmul, flash or flash-mma, a TESSERA_GELU_FUSION other
-// than 0 or 1, a TESSERA_GEMM_TUNE other than 1..16, flash attention for a head size it does not
-// support, or the CUDA error of the allocation.
+// message), a TESSERA_ATTENTION other than matmul, flash, flash-mma or flash-mma2, a
+// TESSERA_GELU_FUSION other than 0 or 1, a TESSERA_GEMM_TUNE other than 1..16, flash attention for
+// a head size it does not support, or the CUDA error of the allocation.
 std::unique_ptr<GptCuda> CreateGptCuda(const GptConfig& config, const GptCudaOptions& options,
                                        std::string* error);
 
