@@ -220,14 +220,19 @@ struct Block {
     const auto base = reinterpret_cast<uintptr_t>(shared);
     return a >= base && a - base < config.shared_bytes && bytes <= config.shared_bytes - (a - base);
   }
+  // The tracked two-byte elements [first, end) that bytes at address cover.
+  std::pair<size_t, size_t> Elements(const void* address, size_t bytes) const {
+    const size_t first =
+        (reinterpret_cast<uintptr_t>(address) - reinterpret_cast<uintptr_t>(shared)) / 2;
+    return {first, first + (bytes + 1) / 2};
+  }
   void CheckRead(unsigned thread, const void* address, size_t bytes, const char* what) {
     if (!InShared(address, bytes))
       return;
     const int warp = static_cast<int>(thread / kWarpSize);
     const uint64_t now = block_barrier.generation;
-    const size_t first =
-        (reinterpret_cast<uintptr_t>(address) - reinterpret_cast<uintptr_t>(shared)) / 2;
-    for (size_t i = first; i < first + (bytes + 1) / 2; ++i) {
+    const auto [first, end] = Elements(address, bytes);
+    for (size_t i = first; i < end; ++i) {
       SharedAccess& a = accesses[i];
       if (a.write_generation == now && a.write_warp != warp)
         Fail(thread, std::string(what) + " reads shared memory at offset " + std::to_string(2 * i) +
@@ -249,9 +254,8 @@ struct Block {
       return;
     const int warp = static_cast<int>(thread / kWarpSize);
     const uint64_t now = block_barrier.generation;
-    const size_t first =
-        (reinterpret_cast<uintptr_t>(address) - reinterpret_cast<uintptr_t>(shared)) / 2;
-    for (size_t i = first; i < first + (bytes + 1) / 2; ++i) {
+    const auto [first, end] = Elements(address, bytes);
+    for (size_t i = first; i < end; ++i) {
       SharedAccess& a = accesses[i];
       if (a.read_generation == now && (a.read_warp != warp || a.read_by_several))
         Fail(thread, std::string(what) + " writes shared memory at offset " +
