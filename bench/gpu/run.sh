@@ -287,7 +287,7 @@ if [[ "${SKIP_TORCH:-0}" != 1 ]]; then
 fi
 
 # ---- 4. extras, while the budget lasts (they do not change the exit status) ---------------
-# The attention kernels alone (flash_bench: mma and wmma sets, forward and backward TFLOP/s)
+# The attention alone (flash_bench: matmul, mma, mma2, wmma; forward and backward TFLOP/s)
 # against PyTorch's scaled_dot_product_attention on the same shape (sdpa_bench.py).
 if [[ "${SKIP_EXTRAS:-0}" != 1 ]] && [[ -x "$(exe flash_bench)" ]] && ((deadline - SECONDS > 90)); then
   if run "flash kernels" "$(budget 45 45)" "$(exe flash_bench)"; then
