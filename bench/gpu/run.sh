@@ -315,19 +315,19 @@ if [[ "${SKIP_EXTRAS:-0}" != 1 ]] && [[ -x "$(exe flash_bench)" ]] && [[ -x "$nc
     say "extras: the Nsight Compute detail of the flash kernels did not finish (see run.log)"
   fi
 fi
-# The per-kernel profile of a Tessera step (bench/gpu/profile.sh, Nsight Compute) into
-# $out/profile/ (and with the flash-mma attention), and the CPU overlap benchmark on this
-# machine's cores (docs/training.md).
-if [[ "${SKIP_EXTRAS:-0}" != 1 ]] && ((deadline - SECONDS > 90)); then
-  run profile "$(budget 60 20)" env OUT="$out/profile" BUNDLE="$bundle" bash "$root/bench/gpu/profile.sh" ||
-    say "extras: the profile did not finish (see run.log)"
-  grep -E '^ +[0-9.]+ ms' "$stage_log" | head -12 >>"$summary"
-fi
-# The same for the fastest variant (its kernels' share of the step), into $out/profile-best/.
+# The per-kernel profile of a Tessera step (bench/gpu/profile.sh, Nsight Compute): first of the
+# fastest variant (its kernels' share of the step: what to work on next) into
+# $out/profile-best/, then of the defaults into $out/profile/; then the CPU overlap benchmark
+# on this machine's cores (docs/training.md).
 if [[ "${SKIP_EXTRAS:-0}" != 1 ]] && ((${#best_args[@]} > 0)) && ((deadline - SECONDS > 90)); then
   run "profile (${best_args[*]})" "$(budget 60 20)" env OUT="$out/profile-best" BUNDLE="$bundle" \
     BENCH_ARGS="${best_args[*]}" bash "$root/bench/gpu/profile.sh" ||
     say "extras: the profile of the fastest variant did not finish (see run.log)"
+  grep -E '^ +[0-9.]+ ms' "$stage_log" | head -12 >>"$summary"
+fi
+if [[ "${SKIP_EXTRAS:-0}" != 1 ]] && ((deadline - SECONDS > 90)); then
+  run profile "$(budget 60 20)" env OUT="$out/profile" BUNDLE="$bundle" bash "$root/bench/gpu/profile.sh" ||
+    say "extras: the profile did not finish (see run.log)"
   grep -E '^ +[0-9.]+ ms' "$stage_log" | head -12 >>"$summary"
 fi
 if [[ "${SKIP_EXTRAS:-0}" != 1 ]] && [[ -x "$(exe dp_overlap_bench)" ]]; then
