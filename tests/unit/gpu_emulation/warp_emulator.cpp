@@ -101,6 +101,17 @@ struct Warp {
   unsigned returned = 0;  // lanes whose body has returned
 };
 
+// One 16-byte cp.async, waiting to be performed.
+struct PendingCopy {
+  void* dst;
+  const void* src;
+};
+// A thread's cp.async copies not yet performed (in the Block, with its other per-thread state).
+struct CopyQueue {
+  std::vector<PendingCopy> open;                 // issued since the last commit
+  std::vector<std::vector<PendingCopy>> groups;  // committed, oldest first
+};
+
 // Who last touched two bytes of shared memory, for the race check: the warp that last wrote
 // them and the warps that read them, each with the block barrier generation (the number of
 // SyncThreads the block has passed) it happened in.
@@ -122,7 +133,8 @@ struct Block {
         warps(config.threads / kWarpSize),
         waiting(config.threads, Op::kNone),
         returned(config.threads, false),
-        accesses((config.shared_bytes + 1) / 2) {
+        accesses((config.shared_bytes + 1) / 2),
+        copies(config.threads) {
     block_barrier.first = 0;
     block_barrier.count = block_barrier.expected = config.threads;
     for (unsigned w = 0; w < warps.size(); ++w) {
@@ -306,20 +318,13 @@ struct Block {
   std::vector<Op> waiting;             // per thread: the operation it waits in, or kNone
   std::vector<bool> returned;          // per thread: its body has returned
   std::vector<SharedAccess> accesses;  // per 2 bytes of shared memory
-};
-
-// One 16-byte cp.async, waiting to be performed.
-struct PendingCopy {
-  void* dst;
-  const void* src;
+  std::vector<CopyQueue> copies;       // per thread; each touched only by its thread
 };
 
 struct ThreadContext {
   Block* block = nullptr;
   unsigned thread = 0;
   unsigned warp_ops = 0;  // warp operations performed so far: picks the exchange area
-  std::vector<PendingCopy> open_copies;               // issued since the last commit
-  std::vector<std::vector<PendingCopy>> copy_groups;  // committed, oldest first
 };
 thread_local ThreadContext t_self;
 
@@ -370,9 +375,7 @@ float BElement(const WarpInputs& lanes, unsigned k, unsigned n) {
 }
 
 void RunThread(Block& block, unsigned thread, const std::function<void()>& body) {
-  t_self = ThreadContext{};
-  t_self.block = &block;
-  t_self.thread = thread;
+  t_self = ThreadContext{&block, thread, 0};
   try {
     body();
     block.Return(thread);
@@ -513,7 +516,7 @@ void CpAsync16(void* shared_dst, const void* global_src) {
     std::lock_guard lock(self.block->mutex);
     self.block->CheckWrite(self.thread, shared_dst, 16, "CpAsync16", false);
   }
-  self.open_copies.push_back({shared_dst, global_src});
+  self.block->copies[self.thread].open.push_back({shared_dst, global_src});
 }
 
 void NoteStore(const void* address, unsigned bytes) {
@@ -524,14 +527,16 @@ void NoteStore(const void* address, unsigned bytes) {
 
 void CpAsyncCommit() {
   ThreadContext& self = Enter("CpAsyncCommit");
-  self.copy_groups.push_back(std::move(self.open_copies));
-  self.open_copies.clear();
+  CopyQueue& queue = self.block->copies[self.thread];
+  queue.groups.push_back(std::move(queue.open));
+  queue.open.clear();
 }
 
 void CpAsyncWait(int pending) {
   ThreadContext& self = Enter("CpAsyncWait");
-  while (self.copy_groups.size() > static_cast<size_t>(pending < 0 ? 0 : pending)) {
-    for (const PendingCopy& copy : self.copy_groups.front()) {
+  CopyQueue& queue = self.block->copies[self.thread];
+  while (queue.groups.size() > static_cast<size_t>(pending < 0 ? 0 : pending)) {
+    for (const PendingCopy& copy : queue.groups.front()) {
       {
         std::lock_guard lock(self.block->mutex);
         self.block->CheckWrite(self.thread, copy.dst, 16, "a cp.async landing at CpAsyncWait",
@@ -539,7 +544,7 @@ void CpAsyncWait(int pending) {
       }
       std::memcpy(copy.dst, copy.src, 16);
     }
-    self.copy_groups.erase(self.copy_groups.begin());
+    queue.groups.erase(queue.groups.begin());
   }
 }
 
@@ -556,27 +561,74 @@ void Launch(const LaunchConfig& config, const std::function<void()>& body) {
   // Exactly shared_bytes long, so AddressSanitizer catches a kernel that overruns it.
   const std::unique_ptr<unsigned char, AlignedDelete> shared(static_cast<unsigned char*>(
       ::operator new (config.shared_bytes, std::align_val_t{kSharedAlignment})));
+
+  // One host thread per CUDA thread of a block, kept for every block of the launch: worker t
+  // runs thread t of each block in turn. (A host thread per CUDA thread of the whole grid, tens
+  // of thousands in a test, made LeakSanitizer report the OpenMP threads' thread_local buffers
+  // of the CPU reference as leaks.)
+  std::mutex mutex;
+  std::condition_variable block_ready, block_done;
+  Block* current = nullptr;
+  uint64_t block_number = 0;  // +1 for each block handed out
+  unsigned finished = 0;      // workers done with the current block
+  bool stop = false;
+  auto worker = [&](unsigned thread) {
+    for (uint64_t seen = 0;;) {
+      Block* block = nullptr;
+      {
+        std::unique_lock lock(mutex);
+        block_ready.wait(lock, [&] { return stop || block_number != seen; });
+        if (stop)
+          return;
+        seen = block_number;
+        block = current;
+      }
+      RunThread(*block, thread, body);
+      std::lock_guard lock(mutex);
+      if (++finished == config.threads)
+        block_done.notify_one();
+    }
+  };
+  std::vector<std::thread> workers;
+  workers.reserve(config.threads);
+  auto stop_workers = [&] {
+    {
+      std::lock_guard lock(mutex);
+      stop = true;
+    }
+    block_ready.notify_all();
+    for (std::thread& thread : workers)
+      thread.join();
+  };
+  try {
+    for (unsigned t = 0; t < config.threads; ++t)
+      workers.emplace_back(worker, t);
+  } catch (const std::system_error& e) {
+    stop_workers();
+    throw std::runtime_error(std::string("tessera::warp_emu::Launch: could not start a host "
+                                         "thread: ") +
+                             e.what());
+  }
   for (unsigned y = 0; y < config.grid_y; ++y) {
     for (unsigned x = 0; x < config.grid_x; ++x) {
       std::memset(shared.get(), 0xFF, config.shared_bytes);
       Block block(config, x, y, shared.get());
-      std::vector<std::thread> threads;
-      threads.reserve(config.threads);
-      try {
-        for (unsigned t = 0; t < config.threads; ++t)
-          threads.emplace_back(RunThread, std::ref(block), t, std::cref(body));
-      } catch (const std::system_error& e) {
-        // The started threads may wait for the missing ones: fail the block so they unwind.
-        std::lock_guard lock(block.mutex);
-        block.RecordFailure("block (" + std::to_string(x) + ", " + std::to_string(y) +
-                            "): could not start a host thread: " + e.what());
+      {
+        std::unique_lock lock(mutex);
+        current = &block;
+        finished = 0;
+        ++block_number;
+        block_ready.notify_all();
+        block_done.wait(lock, [&] { return finished == config.threads; });
+        current = nullptr;
       }
-      for (std::thread& thread : threads)
-        thread.join();
-      if (block.failed.load())
+      if (block.failed.load()) {
+        stop_workers();
         throw std::runtime_error("tessera::warp_emu::Launch: " + block.failure);
+      }
     }
   }
+  stop_workers();
 }
 
 }  // namespace tessera::warp_emu

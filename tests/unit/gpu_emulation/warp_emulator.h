@@ -25,12 +25,13 @@ struct LaunchConfig {
 };
 
 // Runs body once for every thread of every block. Blocks run one after another, y-major then x
-// ((0,0), (1,0), ... (0,1), ...); the threads of one block run concurrently as host threads, and
+// ((0,0), (1,0), ... (0,1), ...); the threads of one block run concurrently as host threads
+// (the same config.threads host threads for every block of the launch), and
 // within body ThreadIdx(), BlockIdxX(), SharedMemory() and the other primitives refer to them.
 // Each block's shared memory (128-byte aligned, exactly shared_bytes long) starts filled with
 // 0xFF bytes, so a read of what the kernel never wrote sees bf16/fp32 NaN.
 //
-// Throws std::runtime_error, after every thread of the block has been joined and without running
+// Throws std::runtime_error, after every thread of the block has finished and without running
 // later blocks, when a thread's body throws (the message includes what() of the exception),
 // when a warp operation or barrier is misused (lanes of one warp in different operations, a warp
 // operation after a lane of the warp returned, a bad ldmatrix address or shuffle mask), or when a
