@@ -95,6 +95,45 @@ TESSERA_DEVICE void LoadRowsAsync(Bf16Bits* tile, const Bf16Bits* src, int64_t s
   }
 }
 
+// The head a block works on (BlockIdxY() = b * NH + h) and where its rows are: the q, k and v
+// rows of inp (B,T,3C), `stride` = 3C elements apart, from its sequence's first row.
+struct BlockHead {
+  int bh, b, h, C;
+  int64_t stride;
+  int64_t row_base;  // b * T
+  const Bf16Bits* q;
+  const Bf16Bits* k;
+  const Bf16Bits* v;
+};
+template <int HS>
+TESSERA_DEVICE BlockHead HeadOfBlock(const Bf16Bits* inp, int T, int NH) {
+  BlockHead head;
+  head.bh = static_cast<int>(warp::BlockIdxY());
+  head.b = head.bh / NH;
+  head.h = head.bh % NH;
+  head.C = NH * HS;
+  head.stride = 3 * static_cast<int64_t>(head.C);
+  head.row_base = static_cast<int64_t>(head.b) * T;
+  head.q = inp + head.row_base * head.stride + head.h * HS;
+  head.k = head.q + head.C;
+  head.v = head.q + 2 * head.C;
+  return head;
+}
+
+// Two stages of (k tile, v tile) of kKeyTile rows in shared memory, from `shared`: stage s's k
+// tile is tile 2s, its v tile 2s + 1. Addressed by arithmetic, not arrays of pointers, which a
+// runtime index would put in local memory.
+template <int HS>
+struct KeyValueStages {
+  unsigned char* shared;
+  TESSERA_DEVICE Bf16Bits* k(int stage) const {
+    return reinterpret_cast<Bf16Bits*>(shared + 2 * stage * HeadTileBytes<HS>(kKeyTile));
+  }
+  TESSERA_DEVICE Bf16Bits* v(int stage) const {
+    return reinterpret_cast<Bf16Bits*>(shared + (2 * stage + 1) * HeadTileBytes<HS>(kKeyTile));
+  }
+};
+
 // The lane's address for an ldmatrix .x4 giving the A fragment of the 16x16 block at
 // (row0, col0) of a row-major tile (matrices: rows 0-7 | 8-15, then columns 8-15).
 TESSERA_DEVICE const Bf16Bits* AFragmentRow(const Bf16Bits* tile, int ld, int row0, int col0,
@@ -183,26 +222,9 @@ FlashMmaForwardKernel(Bf16Bits* out, float* lse, const Bf16Bits* inp, int T, int
   constexpr int kWarpRows = 16 * kRowTiles;
   constexpr int kLd = LdHead<HS>();
   constexpr int kKeyChunks = kKeyTile / 8;  // 8-key accumulator chunks of S
-  constexpr size_t kTileBytes = HeadTileBytes<HS>(kKeyTile);
-  unsigned char* shared = warp::SharedMemory();
-  // Stage s: k tile at 2s, v tile at 2s + 1 (in tiles of kTileBytes); addressed by arithmetic,
-  // not arrays of pointers, which a runtime index would put in local memory.
-  auto sk = [shared](int stage) {
-    return reinterpret_cast<Bf16Bits*>(shared + 2 * stage * kTileBytes);
-  };
-  auto sv = [shared](int stage) {
-    return reinterpret_cast<Bf16Bits*>(shared + (2 * stage + 1) * kTileBytes);
-  };
-
+  const KeyValueStages<HS> stages{warp::SharedMemory()};
   const int qblock = static_cast<int>(warp::GridDimX() - 1 - warp::BlockIdxX());
-  const int bh = static_cast<int>(warp::BlockIdxY());
-  const int b = bh / NH;
-  const int h = bh % NH;
-  const int C = NH * HS;
-  const int64_t stride = 3 * static_cast<int64_t>(C);
-  const Bf16Bits* q = inp + static_cast<int64_t>(b) * T * stride + h * HS;
-  const Bf16Bits* k = q + C;
-  const Bf16Bits* v = q + 2 * C;
+  const BlockHead head = HeadOfBlock<HS>(inp, T, NH);
   const int q0 = qblock * kForwardQueries;
 
   const int warp_id = static_cast<int>(warp::ThreadIdx()) / warp::kWarpSize;
@@ -225,9 +247,9 @@ FlashMmaForwardKernel(Bf16Bits* out, float* lse, const Bf16Bits* inp, int T, int
 
   // q of the block through stage 1 (its k and v tiles are contiguous) into A fragments, while
   // key tile 0 comes into stage 0.
-  LoadRowsAsync<HS>(sk(1), q, stride, q0, kForwardQueries, T, kThreads);
-  LoadRowsAsync<HS>(sk(0), k, stride, 0, kKeyTile, T, kThreads);
-  LoadRowsAsync<HS>(sv(0), v, stride, 0, kKeyTile, T, kThreads);
+  LoadRowsAsync<HS>(stages.k(1), head.q, head.stride, q0, kForwardQueries, T, kThreads);
+  LoadRowsAsync<HS>(stages.k(0), head.k, head.stride, 0, kKeyTile, T, kThreads);
+  LoadRowsAsync<HS>(stages.v(0), head.v, head.stride, 0, kKeyTile, T, kThreads);
   warp::CpAsyncCommit();
   warp::CpAsyncWait<0>();
   warp::SyncThreads();
@@ -237,7 +259,7 @@ FlashMmaForwardKernel(Bf16Bits* out, float* lse, const Bf16Bits* inp, int T, int
     TESSERA_UNROLL
     for (int kk = 0; kk < HS / 16; kk++) {
       warp::LdMatrixX4(qa[i][kk],
-                       AFragmentRow(sk(1), kLd, kWarpRows * warp_id + 16 * i, kk * 16, lane));
+                       AFragmentRow(stages.k(1), kLd, kWarpRows * warp_id + 16 * i, kk * 16, lane));
     }
   }
 
@@ -255,8 +277,10 @@ FlashMmaForwardKernel(Bf16Bits* out, float* lse, const Bf16Bits* inp, int T, int
     const int stage = kt % 2;
     warp::SyncThreads();  // the other stage (the staged q, or tile kt - 1) is consumed
     if (kt < last_tile) {
-      LoadRowsAsync<HS>(sk(1 - stage), k, stride, k0 + kKeyTile, kKeyTile, T, kThreads);
-      LoadRowsAsync<HS>(sv(1 - stage), v, stride, k0 + kKeyTile, kKeyTile, T, kThreads);
+      LoadRowsAsync<HS>(stages.k(1 - stage), head.k, head.stride, k0 + kKeyTile, kKeyTile, T,
+                        kThreads);
+      LoadRowsAsync<HS>(stages.v(1 - stage), head.v, head.stride, k0 + kKeyTile, kKeyTile, T,
+                        kThreads);
     }
     warp::CpAsyncCommit();
     warp::CpAsyncWait<1>();  // tile kt is in (only tile kt + 1 may still be in flight)
@@ -265,7 +289,7 @@ FlashMmaForwardKernel(Bf16Bits* out, float* lse, const Bf16Bits* inp, int T, int
       continue;  // warp-uniform: every key of the tile lies after the warp's rows
 
     float s[kRowTiles][kKeyChunks][4] = {};
-    MmaRowsAsColumns<HS>(s, qa, sk(stage), lane);
+    MmaRowsAsColumns<HS>(s, qa, stages.k(stage), lane);
 
     uint32_t pa[kRowTiles][kKeyTile / 16][4];
     TESSERA_UNROLL
@@ -319,7 +343,7 @@ FlashMmaForwardKernel(Bf16Bits* out, float* lse, const Bf16Bits* inp, int T, int
         AccumulatorToA(pa[i][kk], s[i][2 * kk], s[i][2 * kk + 1]);
     }
     // O (16, HS) += P (16, 64) v (64, HS) for each row tile.
-    MmaTimesRows<HS>(o, pa, sv(stage), lane);
+    MmaTimesRows<HS>(o, pa, stages.v(stage), lane);
   }
 
   // Whole-row sums, then out = O / l and lse = (m + log2 l) ln 2 for the valid rows.
@@ -335,14 +359,14 @@ FlashMmaForwardKernel(Bf16Bits* out, float* lse, const Bf16Bits* inp, int T, int
       if (row[i][r] >= T)
         continue;
       const float inv = 1.0f / l[i][r];  // l >= 1: the row's maximum contributes exp2(0)
-      Bf16Bits* dst = out + (static_cast<int64_t>(b) * T + row[i][r]) * C + h * HS + 2 * t;
+      Bf16Bits* dst = out + (head.row_base + row[i][r]) * head.C + head.h * HS + 2 * t;
       TESSERA_UNROLL
       for (int n = 0; n < HS / 8; n++) {
         warp::Store32(dst + 8 * n,
                       warp::PackBf16x2(o[i][n][2 * r] * inv, o[i][n][2 * r + 1] * inv));
       }
       if (t == 0)
-        lse[static_cast<int64_t>(bh) * T + row[i][r]] = (m[i][r] + warp::Log2(l[i][r])) * kLn2;
+        lse[static_cast<int64_t>(head.bh) * T + row[i][r]] = (m[i][r] + warp::Log2(l[i][r])) * kLn2;
     }
   }
 }
@@ -387,18 +411,11 @@ FlashMmaBackwardKernel(Bf16Bits* dinp, float* dq_accum, const Bf16Bits* dout, co
   auto sdelta = [slse0](int stage) { return slse0 + (2 + stage) * kRowValues; };
 
   const int ktile = static_cast<int>(warp::BlockIdxX());
-  const int bh = static_cast<int>(warp::BlockIdxY());
-  const int b = bh / NH;
-  const int h = bh % NH;
-  const int C = NH * HS;
-  const int64_t stride = 3 * static_cast<int64_t>(C);
-  const int64_t row_base = static_cast<int64_t>(b) * T;  // first row of this sequence
-  const Bf16Bits* q = inp + row_base * stride + h * HS;
-  const Bf16Bits* k = q + C;
-  const Bf16Bits* v = q + 2 * C;
-  const Bf16Bits* dout_bh = dout + row_base * C + h * HS;
-  const float* lse_bh = lse + static_cast<int64_t>(bh) * T;
-  const float* delta_bh = delta + static_cast<int64_t>(bh) * T;
+  const BlockHead head = HeadOfBlock<HS>(inp, T, NH);
+  const int C = head.C;
+  const Bf16Bits* dout_bh = dout + head.row_base * C + head.h * HS;
+  const float* lse_bh = lse + static_cast<int64_t>(head.bh) * T;
+  const float* delta_bh = delta + static_cast<int64_t>(head.bh) * T;
   const int k0 = ktile * kBackwardKeys;
   const float scale_log2 = scale * kLog2e;
 
@@ -413,7 +430,7 @@ FlashMmaBackwardKernel(Bf16Bits* dinp, float* dq_accum, const Bf16Bits* dout, co
   const int num_qtiles = (T + kQueryTile - 1) / kQueryTile;
   auto load_query_tile = [&](int qt, int stage) {
     const int q0 = qt * kQueryTile;
-    LoadRowsAsync<HS>(sq(stage), q, stride, q0, kQueryTile, T, kBackwardThreads);
+    LoadRowsAsync<HS>(sq(stage), head.q, head.stride, q0, kQueryTile, T, kBackwardThreads);
     LoadRowsAsync<HS>(sdo(stage), dout_bh, C, q0, kQueryTile, T, kBackwardThreads);
     for (int i = static_cast<int>(warp::ThreadIdx()); i < kQueryTile; i += kBackwardThreads) {
       const bool valid = q0 + i < T;
@@ -424,8 +441,8 @@ FlashMmaBackwardKernel(Bf16Bits* dinp, float* dq_accum, const Bf16Bits* dout, co
 
   // k and v of the block (v staged through stage 1) and the first query tile; the warp's rows
   // of k and v into A fragments.
-  LoadRowsAsync<HS>(sk, k, stride, k0, kBackwardKeys, T, kBackwardThreads);
-  LoadRowsAsync<HS>(sq(1), v, stride, k0, kBackwardKeys, T, kBackwardThreads);
+  LoadRowsAsync<HS>(sk, head.k, head.stride, k0, kBackwardKeys, T, kBackwardThreads);
+  LoadRowsAsync<HS>(sq(1), head.v, head.stride, k0, kBackwardKeys, T, kBackwardThreads);
   load_query_tile(first_qtile, 0);
   warp::CpAsyncCommit();
   warp::CpAsyncWait<0>();
@@ -529,7 +546,7 @@ FlashMmaBackwardKernel(Bf16Bits* dinp, float* dq_accum, const Bf16Bits* dout, co
       const int query = q0 + q_slice + g + 8 * i;
       if (query >= T)
         continue;
-      float* dst = dq_accum + (row_base + query) * C + h * HS + d_half + 2 * t;
+      float* dst = dq_accum + (head.row_base + query) * C + head.h * HS + d_half + 2 * t;
       for (int n = 0; n < HS / 16; n++)
         warp::AtomicAdd2(dst + 8 * n, dq[n][2 * i] * scale, dq[n][2 * i + 1] * scale);
     }
@@ -539,7 +556,7 @@ FlashMmaBackwardKernel(Bf16Bits* dinp, float* dq_accum, const Bf16Bits* dout, co
   for (int i = 0; i < 2; i++) {
     if (key[i] >= T)
       continue;
-    Bf16Bits* dst = dinp + (row_base + key[i]) * stride + C + h * HS + 2 * t;
+    Bf16Bits* dst = dinp + (head.row_base + key[i]) * head.stride + C + head.h * HS + 2 * t;
     for (int n = 0; n < HS / 8; n++) {
       warp::Store32(dst + 8 * n, warp::PackBf16x2(dk[n][2 * i] * scale, dk[n][2 * i + 1] * scale));
       warp::Store32(dst + C + 8 * n, warp::PackBf16x2(dv[n][2 * i], dv[n][2 * i + 1]));
@@ -576,26 +593,10 @@ FlashMmaDqKernel(Bf16Bits* dinp, const Bf16Bits* dout, const Bf16Bits* inp, cons
   static_assert(HS == 32 || HS == 64, "head sizes 32 and 64");
   constexpr int kLd = LdHead<HS>();
   constexpr int kKeyChunks = kKeyTile / 8;
-  constexpr size_t kTileBytes = HeadTileBytes<HS>(kKeyTile);
-  unsigned char* shared = warp::SharedMemory();
-  auto sk = [shared](int stage) {
-    return reinterpret_cast<Bf16Bits*>(shared + 2 * stage * kTileBytes);
-  };
-  auto sv = [shared](int stage) {
-    return reinterpret_cast<Bf16Bits*>(shared + (2 * stage + 1) * kTileBytes);
-  };
-
+  const KeyValueStages<HS> stages{warp::SharedMemory()};
   const int qblock = static_cast<int>(warp::GridDimX() - 1 - warp::BlockIdxX());
-  const int bh = static_cast<int>(warp::BlockIdxY());
-  const int b = bh / NH;
-  const int h = bh % NH;
-  const int C = NH * HS;
-  const int64_t stride = 3 * static_cast<int64_t>(C);
-  const int64_t row_base = static_cast<int64_t>(b) * T;
-  const Bf16Bits* q = inp + row_base * stride + h * HS;
-  const Bf16Bits* k = q + C;
-  const Bf16Bits* v = q + 2 * C;
-  const Bf16Bits* dout_bh = dout + row_base * C + h * HS;
+  const BlockHead head = HeadOfBlock<HS>(inp, T, NH);
+  const Bf16Bits* dout_bh = dout + head.row_base * head.C + head.h * HS;
   const int q0 = qblock * kDqQueries;
   const float scale_log2 = scale * kLog2e;
 
@@ -608,8 +609,8 @@ FlashMmaDqKernel(Bf16Bits* dinp, const Bf16Bits* dout, const Bf16Bits* inp, cons
   float row_lse[2], row_delta[2];  // lse in base 2; rows past T: 0 (never written out)
   for (int i = 0; i < 2; i++) {
     const bool valid = row[i] < T;
-    row_lse[i] = valid ? lse[static_cast<int64_t>(bh) * T + row[i]] * kLog2e : 0.0f;
-    row_delta[i] = valid ? delta[static_cast<int64_t>(bh) * T + row[i]] : 0.0f;
+    row_lse[i] = valid ? lse[static_cast<int64_t>(head.bh) * T + row[i]] * kLog2e : 0.0f;
+    row_delta[i] = valid ? delta[static_cast<int64_t>(head.bh) * T + row[i]] : 0.0f;
   }
 
   const int block_last = (q0 + kDqQueries < T ? q0 + kDqQueries : T) - 1;
@@ -617,10 +618,10 @@ FlashMmaDqKernel(Bf16Bits* dinp, const Bf16Bits* dout, const Bf16Bits* inp, cons
   const int warp_last_tile = r0 < T ? ((r0 + 15 < T ? r0 + 15 : T - 1) / kKeyTile) : -1;
 
   // q and dO of the block through stage 1 into A fragments, while key tile 0 comes into stage 0.
-  LoadRowsAsync<HS>(sk(1), q, stride, q0, kDqQueries, T, kDqThreads);
-  LoadRowsAsync<HS>(sv(1), dout_bh, C, q0, kDqQueries, T, kDqThreads);
-  LoadRowsAsync<HS>(sk(0), k, stride, 0, kKeyTile, T, kDqThreads);
-  LoadRowsAsync<HS>(sv(0), v, stride, 0, kKeyTile, T, kDqThreads);
+  LoadRowsAsync<HS>(stages.k(1), head.q, head.stride, q0, kDqQueries, T, kDqThreads);
+  LoadRowsAsync<HS>(stages.v(1), dout_bh, head.C, q0, kDqQueries, T, kDqThreads);
+  LoadRowsAsync<HS>(stages.k(0), head.k, head.stride, 0, kKeyTile, T, kDqThreads);
+  LoadRowsAsync<HS>(stages.v(0), head.v, head.stride, 0, kKeyTile, T, kDqThreads);
   warp::CpAsyncCommit();
   warp::CpAsyncWait<0>();
   warp::SyncThreads();
@@ -628,8 +629,8 @@ FlashMmaDqKernel(Bf16Bits* dinp, const Bf16Bits* dout, const Bf16Bits* inp, cons
   uint32_t doa[1][HS / 16][4];
   TESSERA_UNROLL
   for (int kk = 0; kk < HS / 16; kk++) {
-    warp::LdMatrixX4(qa[0][kk], AFragmentRow(sk(1), kLd, 16 * warp_id, kk * 16, lane));
-    warp::LdMatrixX4(doa[0][kk], AFragmentRow(sv(1), kLd, 16 * warp_id, kk * 16, lane));
+    warp::LdMatrixX4(qa[0][kk], AFragmentRow(stages.k(1), kLd, 16 * warp_id, kk * 16, lane));
+    warp::LdMatrixX4(doa[0][kk], AFragmentRow(stages.v(1), kLd, 16 * warp_id, kk * 16, lane));
   }
   float dq_tile[1][HS / 8][4] = {};
 
@@ -638,8 +639,10 @@ FlashMmaDqKernel(Bf16Bits* dinp, const Bf16Bits* dout, const Bf16Bits* inp, cons
     const int stage = kt % 2;
     warp::SyncThreads();  // the other stage (the staged q and dO, or tile kt - 1) is consumed
     if (kt < last_tile) {
-      LoadRowsAsync<HS>(sk(1 - stage), k, stride, k0 + kKeyTile, kKeyTile, T, kDqThreads);
-      LoadRowsAsync<HS>(sv(1 - stage), v, stride, k0 + kKeyTile, kKeyTile, T, kDqThreads);
+      LoadRowsAsync<HS>(stages.k(1 - stage), head.k, head.stride, k0 + kKeyTile, kKeyTile, T,
+                        kDqThreads);
+      LoadRowsAsync<HS>(stages.v(1 - stage), head.v, head.stride, k0 + kKeyTile, kKeyTile, T,
+                        kDqThreads);
     }
     warp::CpAsyncCommit();
     warp::CpAsyncWait<1>();  // tile kt is in (only tile kt + 1 may still be in flight)
@@ -650,8 +653,8 @@ FlashMmaDqKernel(Bf16Bits* dinp, const Bf16Bits* dout, const Bf16Bits* inp, cons
     // S (16, 64) = q k^T and dP (16, 64) = dO v^T, then dS = P (dP - D) in dP's place.
     float s[1][kKeyChunks][4] = {};
     float dp[1][kKeyChunks][4] = {};
-    MmaRowsAsColumns<HS>(s, qa, sk(stage), lane);
-    MmaRowsAsColumns<HS>(dp, doa, sv(stage), lane);
+    MmaRowsAsColumns<HS>(s, qa, stages.k(stage), lane);
+    MmaRowsAsColumns<HS>(dp, doa, stages.v(stage), lane);
     const bool masked = k0 + kKeyTile - 1 > r0;
     TESSERA_UNROLL
     for (int j = 0; j < kKeyChunks; j++) {
@@ -669,14 +672,14 @@ FlashMmaDqKernel(Bf16Bits* dinp, const Bf16Bits* dout, const Bf16Bits* inp, cons
     TESSERA_UNROLL
     for (int kk = 0; kk < kKeyTile / 16; kk++)
       AccumulatorToA(dsa[0][kk], dp[0][2 * kk], dp[0][2 * kk + 1]);
-    MmaTimesRows<HS>(dq_tile, dsa, sk(stage), lane);
+    MmaTimesRows<HS>(dq_tile, dsa, stages.k(stage), lane);
   }
 
   // dQ (with the scale) of the warp's valid rows into dinp's q columns.
   for (int i = 0; i < 2; i++) {
     if (row[i] >= T)
       continue;
-    Bf16Bits* dst = dinp + (row_base + row[i]) * stride + h * HS + 2 * t;
+    Bf16Bits* dst = dinp + (head.row_base + row[i]) * head.stride + head.h * HS + 2 * t;
     TESSERA_UNROLL
     for (int n = 0; n < HS / 8; n++) {
       warp::Store32(dst + 8 * n, warp::PackBf16x2(dq_tile[0][n][2 * i] * scale,
