@@ -20,9 +20,9 @@
 # summary.txt. Exit status: 0 all passed; 1 a test or a benchmark failed (the ratio line is
 # still printed when both benchmarks ran); 2 no binaries; 3 no GPU.
 #
-# Environment: VARIANTS ("matmul flash flash-mma flash-mma2 flash-mma+gelu flash-mma+gelu+tune": the
-# configurations to time, an attention and optional +gelu / +tune each, the first for the
-# ratio; ATTENTIONS, its older name, is read when VARIANTS is unset), BATCH (16), STEPS (20),
+# Environment: VARIANTS ("matmul flash flash-mma flash-mma2 flash-mma+gelu flash-mma+gelu+tune
+# flash-mma2+gelu+tune": the configurations to time, an attention and optional +gelu / +tune
+# each, the first for the ratio; ATTENTIONS, its older name, is read when VARIANTS is unset), BATCH (16), STEPS (20),
 # WARMUP (3), PEAK_TFLOPS (989, dense bf16 of an H100/H200 SXM), BUDGET_S (470: the whole
 # run's deadline), BUNDLE (path of the bundle),
 # BIN_DIR (use these binaries instead), PYTHON (python3), JOBS (nproc), NCU (Nsight Compute's
@@ -242,7 +242,7 @@ best_tps=0
 best_name=""
 bench_help=$("$(exe gpt_bench)" --help 2>&1)
 if grep -q -- '--gelu-fusion' <<<"$bench_help"; then
-  read -r -a variants <<<"${VARIANTS:-${ATTENTIONS:-matmul flash flash-mma flash-mma2 flash-mma+gelu flash-mma+gelu+tune}}"
+  read -r -a variants <<<"${VARIANTS:-${ATTENTIONS:-matmul flash flash-mma flash-mma2 flash-mma+gelu flash-mma+gelu+tune flash-mma2+gelu+tune}}"
 elif grep -q -- '--attention' <<<"$bench_help"; then
   read -r -a variants <<<"${ATTENTIONS:-matmul flash flash-mma}"
 fi
