@@ -132,6 +132,25 @@ struct KeyValueStages {
   TESSERA_DEVICE Bf16Bits* v(int stage) const {
     return reinterpret_cast<Bf16Bits*>(shared + (2 * stage + 1) * HeadTileBytes<HS>(kKeyTile));
   }
+  // Starts copying the k and v rows of key tile kt into stage kt % 2 (for the next commit).
+  TESSERA_DEVICE void LoadKeyTile(int kt, const BlockHead& head, int T, int threads) const {
+    const int k0 = kt * kKeyTile;
+    LoadRowsAsync<HS>(k(kt % 2), head.k, head.stride, k0, kKeyTile, T, threads);
+    LoadRowsAsync<HS>(v(kt % 2), head.v, head.stride, k0, kKeyTile, T, threads);
+  }
+  // Every thread of the block, before computing on key tile kt: once every warp is done with the
+  // other stage, starts copying tile kt + 1 into it (up to last_tile), then waits for tile kt
+  // (tile kt + 1 may stay in flight). Returns tile kt's stage.
+  TESSERA_DEVICE int Advance(int kt, int last_tile, const BlockHead& head, int T,
+                             int threads) const {
+    warp::SyncThreads();
+    if (kt < last_tile)
+      LoadKeyTile(kt + 1, head, T, threads);
+    warp::CpAsyncCommit();
+    warp::CpAsyncWait<1>();
+    warp::SyncThreads();
+    return kt % 2;
+  }
 };
 
 // The lane's address for an ldmatrix .x4 giving the A fragment of the 16x16 block at
@@ -248,8 +267,7 @@ FlashMmaForwardKernel(Bf16Bits* out, float* lse, const Bf16Bits* inp, int T, int
   // q of the block through stage 1 (its k and v tiles are contiguous) into A fragments, while
   // key tile 0 comes into stage 0.
   LoadRowsAsync<HS>(stages.k(1), head.q, head.stride, q0, kForwardQueries, T, kThreads);
-  LoadRowsAsync<HS>(stages.k(0), head.k, head.stride, 0, kKeyTile, T, kThreads);
-  LoadRowsAsync<HS>(stages.v(0), head.v, head.stride, 0, kKeyTile, T, kThreads);
+  stages.LoadKeyTile(0, head, T, kThreads);
   warp::CpAsyncCommit();
   warp::CpAsyncWait<0>();
   warp::SyncThreads();
@@ -274,17 +292,8 @@ FlashMmaForwardKernel(Bf16Bits* out, float* lse, const Bf16Bits* inp, int T, int
 
   for (int kt = 0; kt <= last_tile; kt++) {
     const int k0 = kt * kKeyTile;
-    const int stage = kt % 2;
-    warp::SyncThreads();  // the other stage (the staged q, or tile kt - 1) is consumed
-    if (kt < last_tile) {
-      LoadRowsAsync<HS>(stages.k(1 - stage), head.k, head.stride, k0 + kKeyTile, kKeyTile, T,
-                        kThreads);
-      LoadRowsAsync<HS>(stages.v(1 - stage), head.v, head.stride, k0 + kKeyTile, kKeyTile, T,
-                        kThreads);
-    }
-    warp::CpAsyncCommit();
-    warp::CpAsyncWait<1>();  // tile kt is in (only tile kt + 1 may still be in flight)
-    warp::SyncThreads();
+    // (The other stage held the staged q before tile 1.)
+    const int stage = stages.Advance(kt, last_tile, head, T, kThreads);
     if (kt > warp_last_tile)
       continue;  // warp-uniform: every key of the tile lies after the warp's rows
 
@@ -620,8 +629,7 @@ FlashMmaDqKernel(Bf16Bits* dinp, const Bf16Bits* dout, const Bf16Bits* inp, cons
   // q and dO of the block through stage 1 into A fragments, while key tile 0 comes into stage 0.
   LoadRowsAsync<HS>(stages.k(1), head.q, head.stride, q0, kDqQueries, T, kDqThreads);
   LoadRowsAsync<HS>(stages.v(1), dout_bh, head.C, q0, kDqQueries, T, kDqThreads);
-  LoadRowsAsync<HS>(stages.k(0), head.k, head.stride, 0, kKeyTile, T, kDqThreads);
-  LoadRowsAsync<HS>(stages.v(0), head.v, head.stride, 0, kKeyTile, T, kDqThreads);
+  stages.LoadKeyTile(0, head, T, kDqThreads);
   warp::CpAsyncCommit();
   warp::CpAsyncWait<0>();
   warp::SyncThreads();
@@ -636,17 +644,8 @@ FlashMmaDqKernel(Bf16Bits* dinp, const Bf16Bits* dout, const Bf16Bits* inp, cons
 
   for (int kt = 0; kt <= last_tile; kt++) {
     const int k0 = kt * kKeyTile;
-    const int stage = kt % 2;
-    warp::SyncThreads();  // the other stage (the staged q and dO, or tile kt - 1) is consumed
-    if (kt < last_tile) {
-      LoadRowsAsync<HS>(stages.k(1 - stage), head.k, head.stride, k0 + kKeyTile, kKeyTile, T,
-                        kDqThreads);
-      LoadRowsAsync<HS>(stages.v(1 - stage), head.v, head.stride, k0 + kKeyTile, kKeyTile, T,
-                        kDqThreads);
-    }
-    warp::CpAsyncCommit();
-    warp::CpAsyncWait<1>();  // tile kt is in (only tile kt + 1 may still be in flight)
-    warp::SyncThreads();
+    // (The other stage held the staged q and dO before tile 1.)
+    const int stage = stages.Advance(kt, last_tile, head, T, kDqThreads);
     if (kt > warp_last_tile)
       continue;  // warp-uniform: every key of the tile lies after the warp's rows
 

@@ -234,7 +234,8 @@ struct GptCuda::Impl {
       att_delta = dq_accum = nullptr;
       if (flash) {
         take(att_delta, rows_size);
-        take(dq_accum, NC);
+        if (flash_kernels() != cuda::FlashKernels::kMma2)  // its dQ needs no fp32 scratch
+          take(dq_accum, NC);
       } else {
         take(qkvr, 3 * NC);
         take(dqkvr, 3 * NC);

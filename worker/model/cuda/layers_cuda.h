@@ -202,7 +202,7 @@ void flash_attention_forward(bf16* out, float* lse, const bf16* inp, int B, int 
 // given the forward's inp, out and lse. Scratch: delta_scratch (B,NH,T) fp32 holds
 // D = rowsum(dout * out); dq_scratch (B,T,C) fp32 accumulates dq by atomic adds over key tiles
 // (zeroed here), so dq may differ in the last bits from run to run; dk and dv do not (kMma2
-// leaves dq_scratch alone, and its dq does not vary).
+// needs no dq_scratch, which may then be null, and its dq does not vary).
 void flash_attention_backward(bf16* dinp, float* delta_scratch, float* dq_scratch, const bf16* dout,
                               const bf16* inp, const bf16* out, const float* lse, int B, int T,
                               int C, int NH, cudaStream_t stream,
