@@ -142,6 +142,7 @@ int main(int argc, char** argv) {
   int verbosity = 0;
   std::string progress_polling = "pods";
   double progress_interval = 5;
+  double pod_event_batch = 1;
   int sync_timeout = 120;
   bool leader_elect = false;
   std::string lease_namespace = DefaultLeaseNamespace();
@@ -179,6 +180,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--progress-interval", progress_interval, "Seconds between /progress reads")
       ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--pod-event-batch", pod_event_batch,
+                 "Seconds a pod event waits for others of its job before one reconcile (0: none)")
+      ->check(CLI::Range(0.0, 60.0))
       ->capture_default_str();
   app.add_option("--cache-sync-timeout", sync_timeout,
                  "Seconds to wait for the first list of every watched resource")
@@ -311,6 +316,7 @@ int main(int argc, char** argv) {
   tessera::reconcile::ControllerOptions options;
   options.namespace_ = namespace_;
   options.workers = workers;
+  options.pod_event_batch = std::chrono::milliseconds(static_cast<int64_t>(pod_event_batch * 1000));
   controller =
       std::make_unique<tessera::reconcile::Controller>(client, events, &metrics, &poller, options);
   controller_ptr = controller.get();

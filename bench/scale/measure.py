@@ -114,6 +114,42 @@ class Tracker:
                 self.all_done.set()
 
 
+class Timeline:
+    """When each pod was first seen created, bound to a node and Running, from the same watch
+    events as the Tracker (no extra requests); summary() says how long after `start` a quarter,
+    half and all of the pods had reached each, which shows whether the creates, the scheduler
+    or the node agent set the pace."""
+
+    STATES = (("created", lambda o: True),
+              ("bound", lambda o: bool(o.get("spec", {}).get("nodeName"))),
+              ("running", lambda o: pod_phase(o) == "Running"))
+
+    def __init__(self, then):
+        self.then = then
+        self.first = {state: {} for state, _ in self.STATES}
+        self.lock = threading.Lock()
+
+    def __call__(self, obj):
+        now = time.monotonic()
+        name = obj["metadata"]["name"]
+        with self.lock:
+            for state, reached in self.STATES:
+                if reached(obj):
+                    self.first[state].setdefault(name, now)
+        self.then(obj)
+
+    def summary(self, start, want):
+        parts = []
+        for state, _ in self.STATES:
+            times = sorted(t - start for t in self.first[state].values())
+            if len(times) < want:
+                parts.append(f"{state}={len(times)}/{want}")
+                continue
+            q = [times[max(0, int(f * want) - 1)] for f in (0.25, 0.5, 1.0)]
+            parts.append(f"{state}_s=" + "/".join(f"{t:.1f}" for t in q))
+        return " ".join(parts) + " (quarter/half/all)"
+
+
 def post_all(api, path, objects, threads):
     with concurrent.futures.ThreadPoolExecutor(threads) as pool:
         for f in [pool.submit(api.request, "POST", path, o) for o in objects]:
@@ -141,7 +177,8 @@ def run_peer(api, ns, jobs, workers, threads, timeout):
     namespace(api, ns)
     try:
         pods = Tracker(jobs * workers, pod_phase)
-        watch = Watch(api, f"/api/v1/namespaces/{ns}/pods", pods)
+        timeline = Timeline(pods)
+        watch = Watch(api, f"/api/v1/namespaces/{ns}/pods", timeline)
         objects = [{"apiVersion": "v1", "kind": "Pod",
                     "metadata": {"name": f"peer-{j}-worker-{w}",
                                  "labels": {"bench": "peer", "job": str(j)}},
@@ -152,6 +189,7 @@ def run_peer(api, ns, jobs, workers, threads, timeout):
         if not pods.all_done.wait(timeout):
             raise RuntimeError(f"peer: {len(pods.done)}/{jobs * workers} pods Running after {timeout}s")
         watch.stop()
+        print(f"peer timeline: {timeline.summary(start, jobs * workers)}", flush=True)
         return pods.end - start, posted
     finally:
         # Pods first, all at once, so the namespace controller has little left to do.
@@ -166,7 +204,8 @@ def run_tessera(api, ns, jobs, workers, threads, timeout, leave):
         pods = Tracker(jobs * workers, pod_phase)
         tjs = Tracker(jobs, lambda o: o.get("status", {}).get("phase"))
         sel = urllib.parse.quote("tessera.dev/job-name")
-        pod_watch = Watch(api, f"/api/v1/namespaces/{ns}/pods?labelSelector={sel}", pods)
+        timeline = Timeline(pods)
+        pod_watch = Watch(api, f"/api/v1/namespaces/{ns}/pods?labelSelector={sel}", timeline)
         tj_path = f"/apis/tessera.dev/v1alpha1/namespaces/{ns}/trainingjobs"
         job_watch = Watch(api, tj_path, tjs)
         objects = [{"apiVersion": "tessera.dev/v1alpha1", "kind": "TrainingJob",
@@ -183,6 +222,7 @@ def run_tessera(api, ns, jobs, workers, threads, timeout, leave):
                                    f"after {timeout}s")
         pod_watch.stop()
         job_watch.stop()
+        print(f"tessera timeline: {timeline.summary(start, jobs * workers)}", flush=True)
         measured = True
         return pods.end - start, tjs.end - start, posted
     finally:

@@ -53,6 +53,10 @@ ResourceRef Events(std::string ns) {
   return {"events.k8s.io", "v1", "events", std::move(ns), ""};
 }
 
+ResourceRef EndpointSlices(std::string ns) {
+  return {"discovery.k8s.io", "v1", "endpointslices", std::move(ns), ""};
+}
+
 void RequestCounters::Record(const std::string& verb, int code) {
   std::lock_guard<std::mutex> lock(mu_);
   ++counts_[{verb, code}];

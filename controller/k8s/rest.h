@@ -47,7 +47,8 @@ ResourceRef Secrets(std::string ns = "");
 ResourceRef Namespaces();
 ResourceRef Nodes();
 ResourceRef Leases(std::string ns = "");
-ResourceRef Events(std::string ns = "");  // events.k8s.io/v1
+ResourceRef Events(std::string ns = "");          // events.k8s.io/v1
+ResourceRef EndpointSlices(std::string ns = "");  // discovery.k8s.io/v1
 
 struct ListOptions {
   std::string label_selector;  // "a=b,c!=d"

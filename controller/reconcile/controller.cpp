@@ -235,7 +235,7 @@ void Controller::OnPod(const k8s::ObjectPtr& pod, bool deleted) {
   expectations_.CreationObserved(key, name);
   if (deleted || Deleting(*pod))
     expectations_.DeletionObserved(key, uid);
-  Enqueue(key);
+  queue_.AddAfter(key, options_.pod_event_batch);  // at once when zero
 }
 
 void Controller::OnNode(const k8s::ObjectPtr& old_node, const k8s::ObjectPtr& node) {
@@ -254,6 +254,7 @@ void Controller::Forget(const std::string& key) {
     poller_->Untrack(key);
   std::lock_guard<std::mutex> lock(mu_);
   written_.erase(key);
+  slices_.erase(key);
   if (phases_.erase(key) && metrics_) {
     std::map<std::string, int64_t> counts;
     for (const auto& [k, phase] : phases_)
@@ -364,6 +365,37 @@ std::optional<std::string> Controller::CreatePods(const std::string& key, const 
                      return std::nullopt;  // an earlier decision's create went through: done
                    return "create pod " + ns + "/" + name + ": " + created.error().ToString();
                  });
+}
+
+std::optional<std::string> Controller::SyncEndpointSlice(const std::string& key,
+                                                         const api::TrainingJob& job,
+                                                         const std::vector<const Json*>& pods) {
+  Json slice = DesiredEndpointSlice(job, pods);
+  // Kept as compact text, a few hundred bytes a job rather than a few KiB as a tree.
+  const std::string record =
+      job.metadata.uid + " " + slice["addressType"].dump() + " " + slice["endpoints"].dump();
+  bool first = false;  // none written by this process: most likely none exists
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = slices_.find(key);
+    first = it == slices_.end();
+    if (first ? slice["endpoints"].empty() : it->second == record)
+      return std::nullopt;
+  }
+  const std::string& ns = job.metadata.name_space;
+  const std::string name = slice["metadata"]["name"];
+  const k8s::ResourceRef ref = k8s::EndpointSlices(ns).Named(name);
+  k8s::Result<Json> written =
+      first ? client_.Create(k8s::EndpointSlices(ns), slice) : client_.Update(ref, slice);
+  if (!written.ok() && written.error().IsAlreadyExists())  // written before a restart
+    written = client_.Update(ref, slice);
+  else if (!written.ok() && written.error().IsNotFound())  // deleted by someone
+    written = client_.Create(k8s::EndpointSlices(ns), slice);
+  if (!written.ok())
+    return "write endpointslice " + ns + "/" + name + ": " + written.error().ToString();
+  std::lock_guard<std::mutex> lock(mu_);
+  slices_[key] = record;
+  return std::nullopt;
 }
 
 std::optional<std::string> Controller::PrepareAttempt(const api::TrainingJob& job,
@@ -591,6 +623,13 @@ ReconcileOutcome Controller::Reconcile(const std::string& key) {
     expectations_.ExpectStatus(key, MetaString(*written, "resourceVersion"));
     std::lock_guard<std::mutex> lock(mu_);
     written_[key] = Written{uid, new_status, PrunedFieldsOf(status)};
+  }
+
+  if (!view.invalid) {
+    if (auto err = SyncEndpointSlice(key, view.job, pods)) {
+      out.result = ReconcileOutcome::Result::kError;
+      out.error = *err;
+    }
   }
 
   for (const auto& event : events) {

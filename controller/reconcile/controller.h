@@ -42,6 +42,11 @@ struct ControllerOptions {
   int64_t watch_timeout_seconds = 300;
   k8s::WorkQueueRateLimiter::Options queue;  // per-key back-off after errors
   int max_parallel_creates = 16;             // pod creates of one attempt in flight at once
+  // A pod event reconciles its job this long after it, once for all the events of that time
+  // (the Job controller batches pod events the same way, by one second): the 8 pods of a gang
+  // are added, bound and started close together, and one reconcile and one status write see
+  // them all. Zero: at once. Job events (spec changes, deletion) are never delayed.
+  std::chrono::steady_clock::duration pod_event_batch = std::chrono::seconds(1);
   // How long whether a gang scheduler's PodGroup CRD is served is remembered; a job waiting
   // for it is looked at again this often.
   std::chrono::steady_clock::duration discovery_ttl = std::chrono::seconds(10);
@@ -113,6 +118,11 @@ class Controller {
   // Creates `pods` (expecting each), up to max_parallel_creates at once; the first error.
   std::optional<std::string> CreatePods(const std::string& key, const nlohmann::json& job,
                                         const std::vector<nlohmann::json>& pods);
+  // Writes the job's EndpointSlice when its endpoints differ from the last written: POST the
+  // first time (PUT when it exists, from before a restart), then PUT (POST when it has gone).
+  // Nothing while no pod has an IP and none was written. The error.
+  std::optional<std::string> SyncEndpointSlice(const std::string& key, const api::TrainingJob& job,
+                                               const std::vector<const nlohmann::json*>& pods);
   void UpdatePhaseCounts(const std::string& key, const std::string& phase);
 
   k8s::RestClient& client_;
@@ -128,8 +138,11 @@ class Controller {
   Expectations expectations_;
   k8s::Discovery discovery_;
 
-  std::mutex mu_;  // guards written_ and phases_
+  std::mutex mu_;  // guards written_, slices_ and phases_
   std::map<std::string, Written> written_;
+  // key -> the job's EndpointSlice as last written (uid, address type, endpoints): an
+  // unchanged one is not sent again.
+  std::map<std::string, std::string> slices_;
   std::map<std::string, std::string> phases_;  // key -> phase, for tessera_jobs{phase}
 
   std::atomic<bool> stopped_{false};

@@ -2,6 +2,7 @@
 
 #include <openssl/rand.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <set>
 
@@ -20,6 +21,9 @@ constexpr char kSchedulerPlugins[] = "scheduler-plugins";
 // plugin this label.
 constexpr char kVolcanoGroupAnnotation[] = "scheduling.k8s.io/group-name";
 constexpr char kSchedulerPluginsGroupLabel[] = "scheduling.x-k8s.io/pod-group";
+// The endpointslice.kubernetes.io/managed-by value of the slices this controller writes;
+// kube-controller-manager's EndpointSlice controller leaves slices of other managers alone.
+constexpr char kEndpointSliceManager[] = "tessera-controller.tessera.dev";
 
 Json ObjectMeta(const api::TrainingJob& job, const std::string& name) {
   return Json{{"name", name},
@@ -184,16 +188,12 @@ Json DesiredPodGroup(const api::TrainingJob& job) {
 }
 
 Json DesiredService(const api::TrainingJob& job) {
-  Json selector = Json::object();
-  for (const auto& [key, value] : api::JobSelector(job.metadata.name))
-    selector[key] = value;
   return Json{{"apiVersion", "v1"},
               {"kind", "Service"},
               {"metadata", ObjectMeta(job, api::ServiceName(job.metadata.name))},
               {"spec",
                {{"clusterIP", "None"},
                 {"publishNotReadyAddresses", true},
-                {"selector", selector},
                 {"ports", Json::array({{{"name", "rendezvous"},
                                         {"port", api::kRendezvousPort},
                                         {"targetPort", api::kRendezvousPort},
@@ -202,6 +202,51 @@ Json DesiredService(const api::TrainingJob& job) {
                                         {"port", job.spec.metrics.port},
                                         {"targetPort", job.spec.metrics.port},
                                         {"protocol", "TCP"}}})}}}};
+}
+
+Json DesiredEndpointSlice(const api::TrainingJob& job, const std::vector<const Json*>& pods) {
+  std::vector<const Json*> sorted(pods);
+  std::sort(sorted.begin(), sorted.end(), [](const Json* a, const Json* b) {
+    return (*a)["metadata"].value("name", "") < (*b)["metadata"].value("name", "");
+  });
+  std::string family;
+  Json endpoints = Json::array();
+  for (const Json* pod : sorted) {
+    const Json& meta = (*pod)["metadata"];
+    const std::string ip = pod->value("status", Json::object()).value("podIP", std::string());
+    if (ip.empty() || meta.contains("deletionTimestamp"))
+      continue;
+    const std::string ip_family = ip.find(':') == std::string::npos ? "IPv4" : "IPv6";
+    if (family.empty())
+      family = ip_family;
+    if (ip_family != family)
+      continue;
+    const std::string name = meta.value("name", "");
+    Json endpoint = {{"addresses", Json::array({ip})},
+                     {"conditions", {{"ready", true}, {"serving", true}, {"terminating", false}}},
+                     {"hostname", name},
+                     {"targetRef",
+                      {{"kind", "Pod"},
+                       {"namespace", job.metadata.name_space},
+                       {"name", name},
+                       {"uid", meta.value("uid", "")}}}};
+    const std::string node = pod->value("spec", Json::object()).value("nodeName", std::string());
+    if (!node.empty())
+      endpoint["nodeName"] = node;
+    endpoints.push_back(std::move(endpoint));
+  }
+  Json meta = ObjectMeta(job, api::ServiceName(job.metadata.name));
+  meta["labels"]["kubernetes.io/service-name"] = api::ServiceName(job.metadata.name);
+  meta["labels"]["endpointslice.kubernetes.io/managed-by"] = kEndpointSliceManager;
+  return Json{
+      {"apiVersion", "discovery.k8s.io/v1"},
+      {"kind", "EndpointSlice"},
+      {"metadata", meta},
+      {"addressType", family.empty() ? "IPv4" : family},
+      {"endpoints", endpoints},
+      {"ports",
+       Json::array({{{"name", "rendezvous"}, {"port", api::kRendezvousPort}, {"protocol", "TCP"}},
+                    {{"name", "metrics"}, {"port", job.spec.metrics.port}, {"protocol", "TCP"}}})}};
 }
 
 Json DesiredSecret(const api::TrainingJob& job, const std::string& token) {

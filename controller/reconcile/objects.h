@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "api/job.h"
 
@@ -49,8 +50,20 @@ std::optional<PodGroupApi> PodGroupApiOf(const api::TrainingJob& job);
 Json DesiredPodGroup(const api::TrainingJob& job);
 
 // The headless Service `J` (clusterIP None, publishNotReadyAddresses) that gives every worker
-// the DNS name J-worker-<i>.J.N.svc before it is ready; ports: rendezvous and metrics.
+// the DNS name J-worker-<i>.J.N.svc before it is ready; ports: rendezvous and metrics. It has
+// no selector: its one EndpointSlice (below) is written by the controller, not by
+// kube-controller-manager, whose endpoint controllers match every pod event of a namespace
+// against every Service in it that has a selector (at 1000 jobs x 8 workers in one namespace
+// that took more CPU than the rest of the control plane's extra work; docs/controller.md).
 Json DesiredService(const api::TrainingJob& job);
+
+// The EndpointSlice `J` of the Service `J` (label kubernetes.io/service-name, managed by
+// tessera): one endpoint per pod of the job that has an IP and is not being deleted, in pod
+// name order, with its hostname (so cluster DNS answers J-worker-<i>.J.N.svc), node and a
+// reference to the pod; ready whether or not the pod is (the Service publishes not-ready
+// addresses). `pods` are the job's cached pods. The address type follows the first pod's IP
+// (IPv6 when it holds a ':'); a pod of the other family is left out.
+Json DesiredEndpointSlice(const api::TrainingJob& job, const std::vector<const Json*>& pods);
 
 // The Secret `J-rendezvous` holding `token` under the key `token` (api/contract.h).
 Json DesiredSecret(const api::TrainingJob& job, const std::string& token);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The vertical slice: an applied TrainingJob yields its headless Service, its rendezvous
-# Secret and N worker pods with exactly the contract's environment, labels and owner; once kwok
+# The vertical slice: an applied TrainingJob yields its headless Service (and the Service's
+# EndpointSlice once the workers have IPs), its rendezvous Secret and N worker pods with exactly the contract's environment, labels and owner; once kwok
 # runs the pods the job is Running with its conditions. A job with the built-in trainer also
 # gets its attempt's ConfigMap, mounted in every pod, and pods that run `tessera-worker agent`
 # on it; deleting the job garbage-collects the ConfigMap. The controller runs as a user bound
@@ -20,11 +20,12 @@ uid=$(job_field gpt '{.metadata.uid}')
 
 wait_for 60 "3 pods of job gpt" bash -c "[ \$(kubectl -n $TEST_NAMESPACE get pods -l tessera.dev/job-name=gpt -o name | wc -l) -eq 3 ]"
 
-# Service: headless, publishes not-ready addresses, selects the job's pods, owned by the job.
+# Service: headless, publishes not-ready addresses, owned by the job; no selector (the
+# controller writes its EndpointSlice, checked below).
 svc=$(kns get service gpt -o json)
 expect_eq None "$(json_get 'd["spec"]["clusterIP"]' <<<"$svc")" "service clusterIP"
 expect_eq True "$(json_get 'd["spec"]["publishNotReadyAddresses"]' <<<"$svc")" "publishNotReadyAddresses"
-expect_eq "{'tessera.dev/job-name': 'gpt'}" "$(json_get 'd["spec"]["selector"]' <<<"$svc")" "service selector"
+expect_eq None "$(json_get 'd["spec"].get("selector")' <<<"$svc")" "service selector"
 expect_eq "$uid" "$(json_get 'd["metadata"]["ownerReferences"][0]["uid"]' <<<"$svc")" "service owner"
 
 # Secret: a random token, owned by the job.
@@ -71,6 +72,31 @@ expect_eq "$gen" "$(job_field gpt '{.status.conditions[?(@.type=="Running")].obs
   "Running condition observedGeneration"
 [ -n "$(job_field gpt '{.status.startTime}')" ] || fail "no status.startTime"
 expect_eq 3 "$(pod_count gpt)" "pods of gpt (no duplicates)"
+
+# The Service's EndpointSlice: every worker's hostname at its pod's IP (what cluster DNS
+# serves as gpt-worker-<i>.gpt.<namespace>.svc), written by the controller, owned by the job.
+pods_addressed() {
+  kns get pods -l tessera.dev/job-name="$1" \
+    -o jsonpath='{range .items[*]}{.spec.hostname}={.status.podIP}={.metadata.uid}{"\n"}{end}' | sort
+}
+slice_endpoints() {
+  kns get endpointslice "$1" \
+    -o jsonpath='{range .endpoints[*]}{.hostname}={.addresses[0]}={.targetRef.uid}{"\n"}{end}' 2>/dev/null | sort
+}
+slice_matches_pods() {
+  local want
+  want=$(pods_addressed "$1")
+  [ "$(wc -l <<<"$want")" -eq "$2" ] && ! grep -q '==' <<<"$want" && [ "$(slice_endpoints "$1")" = "$want" ]
+}
+wait_for 30 "EndpointSlice gpt to list the 3 workers at their IPs" slice_matches_pods gpt 3
+slice=$(kns get endpointslice gpt -o json)
+expect_eq "gpt tessera-controller.tessera.dev IPv4 $uid" \
+  "$(json_get '" ".join([d["metadata"]["labels"]["kubernetes.io/service-name"], d["metadata"]["labels"]["endpointslice.kubernetes.io/managed-by"], d["addressType"], d["metadata"]["ownerReferences"][0]["uid"]])' <<<"$slice")" \
+  "EndpointSlice labels, address type and owner"
+expect_eq "rendezvous=29500" \
+  "$(json_get '",".join(p["name"] + "=" + str(p["port"]) for p in d["ports"] if p["name"] == "rendezvous")' <<<"$slice")" \
+  "EndpointSlice rendezvous port"
+echo "ok: EndpointSlice gpt lists $(pods_addressed gpt | tr '\n' ' ')"
 
 # Events recorded for the transitions, and the metrics served.
 wait_for 30 "an AllWorkersRunning event" bash -c \
@@ -154,11 +180,15 @@ expect_eq "tiny-config-1" \
   "attempt 1 config volume"
 expect_eq "configmap/tiny-config-1" "$(kns get configmaps -l tessera.dev/job-name=tiny -o name)" \
   "ConfigMaps of job tiny after the restart"
+# The new gang's pods (new uids, new IPs) replace the old ones in the EndpointSlice.
+wait_for 60 "EndpointSlice tiny to list attempt 1's pods" slice_matches_pods tiny 2
 
-# Deleting the job garbage-collects the ConfigMap with the pods.
+# Deleting the job garbage-collects the ConfigMap and the EndpointSlice with the pods.
 kns delete trainingjob tiny --wait=false >/dev/null
 wait_for 90 "the garbage collector to delete ConfigMap tiny-config-1" \
   bash -c "! kubectl -n $TEST_NAMESPACE get configmap tiny-config-1 >/dev/null 2>&1"
 wait_for 90 "the garbage collector to delete the pods of tiny" \
   bash -c "[ \$(kubectl -n $TEST_NAMESPACE get pods -l tessera.dev/job-name=tiny -o name | wc -l) -eq 0 ]"
-echo "ok: trainer ConfigMap and pods garbage-collected"
+wait_for 90 "the garbage collector to delete EndpointSlice tiny" \
+  bash -c "! kubectl -n $TEST_NAMESPACE get endpointslice tiny >/dev/null 2>&1"
+echo "ok: trainer ConfigMap, EndpointSlice and pods garbage-collected"

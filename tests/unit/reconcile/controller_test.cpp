@@ -201,6 +201,36 @@ TEST_F(ControllerTest, CreatesServiceSecretAndPodsThenRunning) {
   EXPECT_NE(std::find(reasons.begin(), reasons.end(), "Normal/AllWorkersRunning"), reasons.end());
 }
 
+// A controller that restarts finds the EndpointSlice its predecessor wrote: its first POST
+// is refused as existing and it replaces the slice instead.
+TEST_F(ControllerTest, EndpointSliceWrittenBeforeARestartIsReplaced) {
+  Create(k8s::EndpointSlices("ml"),
+         {{"apiVersion", "discovery.k8s.io/v1"},
+          {"kind", "EndpointSlice"},
+          {"metadata", {{"name", "gpt"}, {"namespace", "ml"}}},
+          {"addressType", "IPv4"},
+          {"endpoints", Json::array({{{"addresses", {"10.0.0.1"}}, {"hostname", "stale"}}})}});
+  Create(TrainingJobs("ml"), JobObject("gpt", 2));
+  ASSERT_TRUE(ReconcileUntil("ml/gpt", [&] { return Phase("gpt") == "Starting"; }));
+  SetPodPhase("gpt-worker-0", "Running");
+  SetPodPhase("gpt-worker-1", "Running");
+  auto hostnames = [&] {
+    std::vector<std::string> out;
+    auto slice = client_.Get(k8s::EndpointSlices("ml").Named("gpt"));
+    if (slice.ok()) {
+      for (const Json& e : (*slice)["endpoints"])
+        out.push_back(e.value("hostname", ""));
+    }
+    return out;
+  };
+  ASSERT_TRUE(ReconcileUntil(
+      "ml/gpt",
+      [&] {
+        return hostnames() == std::vector<std::string>{"gpt-worker-0", "gpt-worker-1"};
+      }))
+      << "slice hostnames: " << ::testing::PrintToString(hostnames());
+}
+
 TEST_F(ControllerTest, FailedWorkerRestartsTheWholeGangThenBackoffLimitFails) {
   Create(TrainingJobs("ml"), JobObject("gpt", 2));
   ASSERT_TRUE(ReconcileUntil("ml/gpt", [&] { return Phase("gpt") == "Starting"; }));

@@ -245,10 +245,55 @@ TEST(DesiredService, HeadlessPublishingNotReadyAddresses) {
   EXPECT_EQ(svc["metadata"]["name"], "gpt");
   EXPECT_EQ(svc["spec"]["clusterIP"], "None");
   EXPECT_EQ(svc["spec"]["publishNotReadyAddresses"], true);
-  EXPECT_EQ(svc["spec"]["selector"], Json({{"tessera.dev/job-name", "gpt"}}));
+  EXPECT_FALSE(svc["spec"].contains("selector"));  // the controller writes its EndpointSlice
   EXPECT_EQ(svc["spec"]["ports"][0]["port"], 29500);
   EXPECT_EQ(svc["metadata"]["labels"]["tessera.dev/job-name"], "gpt");
   EXPECT_EQ(svc["metadata"]["ownerReferences"][0]["uid"], "uid-1");
+}
+
+Json CachedPod(const std::string& name, const std::string& ip, bool deleting = false) {
+  Json pod = {{"metadata", {{"name", name}, {"uid", "u-" + name}}},
+              {"spec", {{"nodeName", "node-1"}}},
+              {"status", {{"phase", "Running"}}}};
+  if (!ip.empty())
+    pod["status"]["podIP"] = ip;
+  if (deleting)
+    pod["metadata"]["deletionTimestamp"] = "2026-12-05T00:00:00Z";
+  return pod;
+}
+
+TEST(DesiredEndpointSlice, OneEndpointPerAddressedPodInNameOrder) {
+  const Json w2 = CachedPod("gpt-worker-2", "10.0.0.12");
+  const Json w0 = CachedPod("gpt-worker-0", "10.0.0.10");
+  const Json w1 = CachedPod("gpt-worker-1", "");  // not started: no IP yet
+  const Json w3 = CachedPod("gpt-worker-3", "10.0.0.13", /*deleting=*/true);
+  const Json slice = DesiredEndpointSlice(Job(kJob), {&w2, &w0, &w1, &w3});
+  EXPECT_EQ(slice["apiVersion"], "discovery.k8s.io/v1");
+  EXPECT_EQ(slice["metadata"]["name"], "gpt");
+  EXPECT_EQ(slice["metadata"]["labels"]["kubernetes.io/service-name"], "gpt");
+  EXPECT_EQ(slice["metadata"]["labels"]["endpointslice.kubernetes.io/managed-by"],
+            "tessera-controller.tessera.dev");
+  EXPECT_EQ(slice["metadata"]["ownerReferences"][0]["uid"], "uid-1");
+  EXPECT_EQ(slice["addressType"], "IPv4");
+  ASSERT_EQ(slice["endpoints"].size(), 2u);
+  const Json& first = slice["endpoints"][0];
+  EXPECT_EQ(first["addresses"], Json::array({"10.0.0.10"}));
+  EXPECT_EQ(first["hostname"], "gpt-worker-0");
+  EXPECT_EQ(first["nodeName"], "node-1");
+  EXPECT_EQ(first["conditions"]["ready"], true);
+  EXPECT_EQ(first["targetRef"]["uid"], "u-gpt-worker-0");
+  EXPECT_EQ(slice["endpoints"][1]["hostname"], "gpt-worker-2");
+  EXPECT_EQ(slice["ports"][0]["port"], 29500);
+}
+
+TEST(DesiredEndpointSlice, AddressTypeFollowsThePodsAndLeavesOutTheOtherFamily) {
+  const Json v6 = CachedPod("gpt-worker-0", "fd00::10");
+  const Json v4 = CachedPod("gpt-worker-1", "10.0.0.11");
+  const Json slice = DesiredEndpointSlice(Job(kJob), {&v6, &v4});
+  EXPECT_EQ(slice["addressType"], "IPv6");
+  ASSERT_EQ(slice["endpoints"].size(), 1u);
+  EXPECT_EQ(slice["endpoints"][0]["addresses"][0], "fd00::10");
+  EXPECT_TRUE(DesiredEndpointSlice(Job(kJob), {})["endpoints"].empty());
 }
 
 TEST(DesiredSecret, HoldsTheTokenUnderItsKey) {
