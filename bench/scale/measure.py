@@ -6,8 +6,9 @@ Peer: JOBS x WORKERS bare pods (the same pod template) POSTed by THREADS paralle
 with no client-side limit, timed from the first POST until a watch has seen every one
 Running. Tessera: JOBS TrainingJobs of WORKERS workers POSTed the same way, timed until every
 pod Running and every job's status.phase Running. Each side in a namespace of its own,
-deleted (and gone) before the next. Prints one line per side and, last,
-`ratio=<tessera time to all Running / peer time to all Running>`.
+deleted (and gone) before the next. Prints, per side, a timeline (when a quarter, half and all
+of the pods were first seen created, bound to a node and Running) and a line of figures and,
+last, `ratio=<tessera time to all Running / peer time to all Running>`.
 """
 import argparse
 import concurrent.futures
