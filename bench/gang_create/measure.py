@@ -6,7 +6,8 @@ existing, for a TrainingJob (tessera-controller) and for an Indexed Job
 Each round works in a fresh namespace: it lists the pods to get a resourceVersion, watches
 them from there (so no pod is missed however fast it comes), takes the time, POSTs the object
 and stops the clock when the watch has shown WORKERS distinct pods of it. The namespace is
-deleted (and gone) before the next round. Pods get a nodeSelector no node matches, so they
+deleted (and gone) before the next round. With --idle S each measured round waits S seconds,
+ready to POST, before it does: the controllers' connections then go idle, as between jobs. Pods get a nodeSelector no node matches, so they
 stay Pending: only creation is measured, not scheduling.
 
 Prints one line per measurement (`tessera round=1 seconds=...`, `job round=1 seconds=...`),
@@ -119,7 +120,7 @@ def indexed_job(name, workers):
             "batch.kubernetes.io/job-name=" + name)
 
 
-def measure(api, kind, workers, round_index):
+def measure(api, kind, workers, round_index, idle=0.0):
     ns = f"bench-gang-{kind}-{round_index}-{os.getpid()}"
     api.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                                "metadata": {"name": ns}})
@@ -161,6 +162,7 @@ def measure(api, kind, workers, round_index):
 
         thread = threading.Thread(target=watch, daemon=True)
         thread.start()
+        time.sleep(idle)
         start = time.monotonic()
         api.request("POST", collection, obj)
         path = collection
@@ -190,6 +192,9 @@ def main():
     parser.add_argument("--kubeconfig", required=True)
     parser.add_argument("--workers", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--idle", type=float, default=0.0,
+                        help="seconds each measured round waits, everything ready, before its "
+                             "POST: over a minute lets the controllers' idle connections close")
     args = parser.parse_args()
     api = Api(args.kubeconfig)
     times = {"tessera": [], "job": []}
@@ -202,12 +207,13 @@ def main():
     for r in range(1, args.rounds + 1):
         order = ("tessera", "job") if r % 2 else ("job", "tessera")
         for kind in order:
-            seconds, first = measure(api, kind, args.workers, r)
+            seconds, first = measure(api, kind, args.workers, r, args.idle)
             times[kind].append(seconds)
             print(f"{kind} round={r} workers={args.workers} seconds={seconds:.3f} "
                   f"first_pod={first:.3f}", flush=True)
     t, j = statistics.median(times["tessera"]), statistics.median(times["job"])
-    print(f"median tessera={t:.3f}s job={j:.3f}s rounds={args.rounds}")
+    idle = f" idle={args.idle:g}s" if args.idle else ""
+    print(f"median tessera={t:.3f}s job={j:.3f}s rounds={args.rounds}{idle}")
     print(f"ratio={t / j:.3f}")
 
 

@@ -19,7 +19,9 @@
 # (64 - 30) / 20 = 1.7 s whoever sends them; with limits that do not bind (QPS=1000
 # BURST=2000) the figures compare how each controller issues its creates.
 #
-# Environment: WORKERS (64), ROUNDS (5), QPS (20), BURST (30), PYTHON (/usr/bin/python3),
+# Environment: WORKERS (64), ROUNDS (5), QPS (20), BURST (30), IDLE (0: seconds every measured
+# round waits before its POST; 65 lets tessera-controller's idle connections close, as between
+# jobs on a quiet cluster), PYTHON (/usr/bin/python3),
 # CONTROLLER_FLAGS (extra tessera-controller flags; the ratio is then no longer at equal
 # settings). Needs scripts/setup.sh's .deps/bin and
 # `cmake --build BUILD_DIR --target tessera-controller`.
@@ -75,4 +77,4 @@ curl -sf "http://127.0.0.1:$health/readyz" >/dev/null || {
 echo "control plane: $(kubectl version -o json | "$python" -c 'import json,sys; print(json.load(sys.stdin)["serverVersion"]["gitVersion"])');" \
   "client limits of both controllers: qps $qps burst $burst${CONTROLLER_FLAGS:+; extra tessera-controller flags: $CONTROLLER_FLAGS}"
 "$python" "$root/bench/gang_create/measure.py" --kubeconfig "$KUBECONFIG" \
-  --workers "${WORKERS:-64}" --rounds "${ROUNDS:-5}"
+  --workers "${WORKERS:-64}" --rounds "${ROUNDS:-5}" --idle "${IDLE:-0}"

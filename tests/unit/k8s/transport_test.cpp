@@ -4,6 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <string>
+#include <vector>
+
 namespace tessera::k8s {
 namespace {
 
@@ -45,6 +49,40 @@ TEST(K8sCpprestTransportTest, RejectsUnusableConfigurationWithTheFieldNamed) {
       EXPECT_EQ(transport.error().find('\n'), std::string::npos);
     }
   }
+}
+
+// Each case in a child process: SSL_CERT_FILE is process-wide and set at most once.
+std::string CaFileAfter(const char* preset, const std::vector<ClientConfig>& configs) {
+  if (preset == nullptr)
+    unsetenv("SSL_CERT_FILE");
+  else
+    setenv("SSL_CERT_FILE", preset, 1);
+  for (const ClientConfig& c : configs) {
+    if (!NewCpprestTransport(c).ok())
+      return "refused";
+  }
+  const char* now = std::getenv("SSL_CERT_FILE");
+  return now == nullptr ? "unset" : now;
+}
+
+TEST(K8sCpprestTransportTest, SystemCaBundleIsSkippedOnlyWhenNoConnectionCanUseIt) {
+  ClientConfig system_cas;  // https without a CA of its own: the system's bundle is its trust
+  system_cas.server = "https://127.0.0.1:6443";
+  ClientConfig insecure = system_cas;
+  insecure.insecure_skip_tls_verify = true;
+  ClientConfig plain;
+  plain.server = "http://127.0.0.1:8080";
+  auto expect = [](const char* preset, std::vector<ClientConfig> configs, const char* want) {
+    EXPECT_EXIT(std::exit(CaFileAfter(preset, configs) == want ? 0 : 1), testing::ExitedWithCode(0),
+                "")
+        << "want SSL_CERT_FILE " << want;
+  };
+  expect(nullptr, {system_cas}, "unset");
+  expect(nullptr, {plain}, "unset");
+  expect(nullptr, {insecure}, "/dev/null");
+  expect(nullptr, {insecure, system_cas}, "/dev/null");
+  expect("/etc/my-cas.pem", {insecure}, "/dev/null");
+  expect("/etc/my-cas.pem", {system_cas}, "/etc/my-cas.pem");
 }
 
 }  // namespace
