@@ -6,9 +6,10 @@ existing, for a TrainingJob (tessera-controller) and for an Indexed Job
 Each round works in a fresh namespace: it lists the pods to get a resourceVersion, watches
 them from there (so no pod is missed however fast it comes), takes the time, POSTs the object
 and stops the clock when the watch has shown WORKERS distinct pods of it. The namespace is
-deleted (and gone) before the next round. With --idle S each measured round waits S seconds,
-ready to POST, before it does: the controllers' connections then go idle, as between jobs. Pods get a nodeSelector no node matches, so they
-stay Pending: only creation is measured, not scheduling.
+deleted (and gone) before the next round. Pods get a nodeSelector no node matches, so they
+stay Pending: only creation is measured, not scheduling. With --idle S each measured round
+waits S seconds, ready to POST, before it does: the controllers' connections go idle meanwhile,
+as between jobs on a quiet cluster.
 
 Prints one line per measurement (`tessera round=1 seconds=...`, `job round=1 seconds=...`),
 the medians, and last `ratio=<median tessera / median job>`. Talks to the API server directly

@@ -49,10 +49,10 @@ void SkipSystemCaBundle(const ClientConfig& config) {
 
 // Loads the PEM material into an SSL context; returns an error line instead of throwing.
 // cpprestsdk calls this for every new connection, on a context it has already pointed at the
-// system's CA bundle (set_default_verify_paths, which parses every certificate of the bundle:
-// some hundreds of KiB per connection, most of the controller's memory with tens of
-// connections). With the kubeconfig's own CA that bundle is replaced by a store holding only
-// that CA, as client-go trusts only the CA it is given; without one the system's stays.
+// default paths (set_default_verify_paths; the bundle it loads, some hundreds of KiB, was most
+// of the controller's memory with tens of connections, and SkipSystemCaBundle empties it).
+// With the kubeconfig's own CA the store is replaced by one holding only that CA, as client-go
+// trusts only the CA it is given; without one the system's bundle is the trust.
 std::string ConfigureTls(ssl::context& ctx, const ClientConfig& config) {
   boost::system::error_code ec;
   if (!config.ca_pem.empty()) {
