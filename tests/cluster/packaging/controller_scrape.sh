@@ -47,7 +47,7 @@ mport=$(free_port); hport=$(free_port)
 args=(--kubeconfig "$work/kubeconfig" --namespace "$TEST_NAMESPACE"
       --metrics-bind-address="127.0.0.1:$mport" --health-probe-bind-address="127.0.0.1:$hport"
       --progress-polling=off --log-format=json)
-if "$controller" --help 2>&1 | grep -q -- '--leader-elect'; then args+=(--leader-elect); fi
+if "$controller" --help 2>&1 | grep -- '--leader-elect' >/dev/null; then args+=(--leader-elect); fi
 log=${TESSERA_CLUSTER_DIR:-$work}/logs/packaging-controller-$TEST_NAMESPACE.log
 mkdir -p "$(dirname "$log")"
 POD_NAMESPACE=$TEST_NAMESPACE POD_NAME=$release-local "$controller" "${args[@]}" >"$log" 2>&1 &

@@ -89,7 +89,7 @@ helm upgrade "$release" "$chart" --namespace "$TEST_NAMESPACE" --reuse-values \
   --set controller.workers=8 --set dashboards.enabled=false --wait --timeout 90s >"$work/upgrade.txt" 2>&1 ||
   { cat "$work/upgrade.txt"; fail "helm upgrade"; }
 expect_eq 2 "$(helm status "$release" -n "$TEST_NAMESPACE" -o json | json_get 'd["version"]')" "release revision after upgrade"
-kns get deployment "$release-controller" -o jsonpath='{.spec.template.spec.containers[0].args}' | grep -q -- '--workers=8' ||
+kns get deployment "$release-controller" -o jsonpath='{.spec.template.spec.containers[0].args}' | grep -- '--workers=8' >/dev/null ||
   fail "upgrade did not change the controller's --workers"
 wait_for 60 "upgraded controller rolled out" kubectl -n "$TEST_NAMESPACE" rollout status "deployment/$release-controller" --timeout=5s
 expect_eq 0 "$(kns get configmaps -l grafana_dashboard=1,app.kubernetes.io/instance="$release" -o name | wc -l)" "dashboard ConfigMaps after upgrade with dashboards off"
