@@ -4,7 +4,10 @@
 #include <cpprest/http_client.h>
 #include <cpprest/producerconsumerstream.h>
 
+#include <openssl/err.h>
+#include <openssl/pem.h>
 #include <openssl/ssl.h>
+#include <openssl/x509.h>
 #include <openssl/x509_vfy.h>
 
 #include <algorithm>
@@ -12,7 +15,9 @@
 #include <boost/asio/ssl.hpp>
 #include <cctype>
 #include <cstdlib>
+#include <iterator>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -25,13 +30,13 @@ namespace http = web::http;
 namespace ssl = boost::asio::ssl;
 
 // OpenSSL reads the default CA file's path from SSL_CERT_FILE each time a context loads the
-// default paths, as cpprestsdk does for every new connection before ConfigureTls replaces the
+// default paths, as cpprestsdk does for every new connection before ApplyTls replaces the
 // store. When the kubeconfig names its own CA (or verification is off) that parse of the whole
 // system bundle is wasted: it was 64% of the controller's CPU while it created a 64-worker gang
 // over new connections (perf, 2-core machine; 16 creates in flight, a connection each). So the
 // first such transport points SSL_CERT_FILE at an empty file, once per process, and remembers
 // the file it named (else OpenSSL's built-in one): a transport without a CA loads that file
-// itself (ConfigureTls), so each transport keeps the trust it had.
+// itself (ApplyTls), so each transport keeps the trust it had.
 std::string g_system_ca_file;  // written once, before g_system_ca_file_moved is set
 std::atomic<bool> g_system_ca_file_moved{false};
 
@@ -47,33 +52,104 @@ void SkipSystemCaBundle(const ClientConfig& config) {
   });
 }
 
-// Loads the PEM material into an SSL context; returns an error line instead of throwing.
-// cpprestsdk calls this for every new connection, on a context it has already pointed at the
-// default paths (set_default_verify_paths; the bundle it loads, some hundreds of KiB, was most
-// of the controller's memory with tens of connections, and SkipSystemCaBundle empties it).
-// With the kubeconfig's own CA the store is replaced by one holding only that CA, as client-go
-// trusts only the CA it is given; without one the system's bundle is the trust.
-std::string ConfigureTls(ssl::context& ctx, const ClientConfig& config) {
-  boost::system::error_code ec;
+// Frees OpenSSL objects held by unique_ptr.
+struct OpenSslFree {
+  void operator()(X509_STORE* p) const { X509_STORE_free(p); }
+  void operator()(X509* p) const { X509_free(p); }
+  void operator()(EVP_PKEY* p) const { EVP_PKEY_free(p); }
+  void operator()(BIO* p) const { BIO_free(p); }
+};
+template <typename T>
+using OpenSslPtr = std::unique_ptr<T, OpenSslFree>;
+
+// The kubeconfig's PEM material, decoded once per transport. cpprestsdk builds a new SSL context
+// for every connection; each takes references to these objects (ApplyTls) instead of decoding
+// the PEM again, which was most of the rest of a new connection's CPU time once
+// SkipSystemCaBundle had removed the bundle's parse (decoding the client key alone ~8%).
+struct TlsMaterial {
+  OpenSslPtr<X509_STORE> store;         // only the kubeconfig's CA; null: the system's bundle
+  OpenSslPtr<X509> cert;                // the client certificate; null: none
+  std::vector<OpenSslPtr<X509>> chain;  // certificates after it in client-certificate
+  OpenSslPtr<EVP_PKEY> key;
+};
+
+std::string OpenSslError() {
+  const unsigned long code = ERR_get_error();  // NOLINT(google-runtime-int): OpenSSL's type
+  ERR_clear_error();
+  char text[256] = "no PEM data";
+  if (code != 0)
+    ERR_error_string_n(code, text, sizeof text);
+  return text;
+}
+
+// Every certificate in `pem`, in order; empty (with `error` set) when there is none or one is
+// malformed.
+std::vector<OpenSslPtr<X509>> ReadCertificates(const std::string& pem, std::string& error) {
+  std::vector<OpenSslPtr<X509>> out;
+  OpenSslPtr<BIO> bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
+  ERR_clear_error();
+  while (X509* cert = PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr))
+    out.emplace_back(cert);
+  // The loop ends with "no start line" at the end of the text; any other error is real.
+  const unsigned long last = ERR_peek_last_error();  // NOLINT(google-runtime-int)
+  if (!out.empty() && ERR_GET_LIB(last) == ERR_LIB_PEM &&
+      ERR_GET_REASON(last) == PEM_R_NO_START_LINE)
+    ERR_clear_error();
+  if (out.empty() || ERR_peek_error() != 0) {
+    error = OpenSslError();
+    out.clear();
+  }
+  return out;
+}
+
+// Decodes the PEM material; an error line naming the field instead of throwing.
+Result<std::shared_ptr<const TlsMaterial>, std::string> DecodeTls(const ClientConfig& config) {
+  auto m = std::make_shared<TlsMaterial>();
+  std::string error;
   if (!config.ca_pem.empty()) {
-    SSL_CTX_set_cert_store(ctx.native_handle(), X509_STORE_new());  // frees the bundle's store
-    ctx.add_certificate_authority(boost::asio::buffer(config.ca_pem), ec);
-    if (ec)
-      return "certificate-authority: not a PEM certificate (" + ec.message() + ")";
-  } else if (g_system_ca_file_moved && !config.insecure_skip_tls_verify) {
-    // The system's bundle, which the default paths no longer name (errors ignored, as
-    // OpenSSL's own load of the default paths does).
-    ctx.load_verify_file(g_system_ca_file, ec);
+    auto cas = ReadCertificates(config.ca_pem, error);
+    if (cas.empty())
+      return "certificate-authority: not a PEM certificate (" + error + ")";
+    m->store.reset(X509_STORE_new());
+    for (auto& ca : cas)
+      X509_STORE_add_cert(m->store.get(), ca.get());  // takes its own reference
   }
   if (!config.client_cert_pem.empty()) {
-    ctx.use_certificate_chain(boost::asio::buffer(config.client_cert_pem), ec);
-    if (ec)
-      return "client-certificate: not a PEM certificate (" + ec.message() + ")";
-    ctx.use_private_key(boost::asio::buffer(config.client_key_pem), ssl::context::pem, ec);
-    if (ec)
-      return "client-key: not a PEM private key matching the certificate (" + ec.message() + ")";
+    auto certs = ReadCertificates(config.client_cert_pem, error);
+    if (certs.empty())
+      return "client-certificate: not a PEM certificate (" + error + ")";
+    m->cert = std::move(certs.front());
+    std::move(certs.begin() + 1, certs.end(), std::back_inserter(m->chain));
+    OpenSslPtr<BIO> bio(BIO_new_mem_buf(config.client_key_pem.data(),
+                                        static_cast<int>(config.client_key_pem.size())));
+    m->key.reset(PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr));
+    if (!m->key || X509_check_private_key(m->cert.get(), m->key.get()) != 1)
+      return "client-key: not a PEM private key matching the certificate (" + OpenSslError() + ")";
   }
-  return "";
+  return std::shared_ptr<const TlsMaterial>(std::move(m));
+}
+
+// Gives a new connection's SSL context the decoded material. cpprestsdk calls this on a context
+// it has already pointed at the default paths (set_default_verify_paths; SkipSystemCaBundle
+// empties them). With the kubeconfig's own CA the store is replaced by the shared one holding
+// only that CA, as client-go trusts only the CA it is given; without one the system's bundle is
+// the trust.
+void ApplyTls(ssl::context& ctx, const TlsMaterial& m, bool insecure_skip_tls_verify) {
+  SSL_CTX* native = ctx.native_handle();
+  if (m.store) {
+    SSL_CTX_set1_cert_store(native, m.store.get());  // frees the default paths' store
+  } else if (g_system_ca_file_moved && !insecure_skip_tls_verify) {
+    // The system's bundle, which the default paths no longer name (errors ignored, as
+    // OpenSSL's own load of the default paths does).
+    boost::system::error_code ec;
+    ctx.load_verify_file(g_system_ca_file, ec);
+  }
+  if (m.cert) {
+    SSL_CTX_use_certificate(native, m.cert.get());  // each call takes its own reference
+    for (const auto& c : m.chain)
+      SSL_CTX_add1_chain_cert(native, c.get());
+    SSL_CTX_use_PrivateKey(native, m.key.get());
+  }
 }
 
 std::string Lower(std::string s) {
@@ -84,7 +160,8 @@ std::string Lower(std::string s) {
 
 class CpprestTransport final : public HttpTransport {
  public:
-  explicit CpprestTransport(ClientConfig config) : config_(std::move(config)) {}
+  CpprestTransport(ClientConfig config, std::shared_ptr<const TlsMaterial> tls)
+      : config_(std::move(config)), tls_(std::move(tls)) {}
 
   Result<HttpResponse> Send(const HttpRequest& request) override {
     try {
@@ -162,8 +239,8 @@ class CpprestTransport final : public HttpTransport {
     http::client::http_client_config cc;
     cc.set_timeout(std::chrono::duration_cast<std::chrono::microseconds>(timeout));
     cc.set_validate_certificates(!config_.insecure_skip_tls_verify);
-    ClientConfig tls = config_;
-    cc.set_ssl_context_callback([tls](ssl::context& ctx) { ConfigureTls(ctx, tls); });
+    cc.set_ssl_context_callback([tls = tls_, insecure = config_.insecure_skip_tls_verify](
+                                    ssl::context& ctx) { ApplyTls(ctx, *tls, insecure); });
     auto client = std::make_unique<http::client::http_client>(config_.server, cc);
     return *clients_.emplace(timeout.count(), std::move(client)).first->second;
   }
@@ -201,6 +278,7 @@ class CpprestTransport final : public HttpTransport {
   }
 
   ClientConfig config_;
+  std::shared_ptr<const TlsMaterial> tls_;
   std::mutex mu_;
   std::map<int64_t, std::unique_ptr<http::client::http_client>> clients_;
 };
@@ -216,9 +294,9 @@ Result<std::unique_ptr<HttpTransport>, std::string> NewCpprestTransport(
     return std::string(
         "tls-server-name is not supported; connect to a name the certificate covers");
   }
-  ssl::context probe(ssl::context::sslv23);
-  if (std::string err = ConfigureTls(probe, config); !err.empty())
-    return err;
+  auto tls = DecodeTls(config);
+  if (!tls.ok())
+    return tls.error();
   if (config.server.rfind("https://", 0) == 0)
     SkipSystemCaBundle(config);
   try {
@@ -227,7 +305,7 @@ Result<std::unique_ptr<HttpTransport>, std::string> NewCpprestTransport(
   } catch (const std::exception& e) {
     return "server \"" + config.server + "\": " + e.what();
   }
-  return std::unique_ptr<HttpTransport>(new CpprestTransport(config));
+  return std::unique_ptr<HttpTransport>(new CpprestTransport(config, std::move(*tls)));
 }
 
 }  // namespace tessera::k8s

@@ -3,8 +3,13 @@
 // 422, an informer following REST writes, 410 Gone for a too-old watch, Events, and leader
 // election between two candidates on one Lease. Everything happens in a namespace of its own.
 #include <gtest/gtest.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <random>
 #include <thread>
 
@@ -30,6 +35,21 @@ bool Eventually(Pred pred, std::chrono::milliseconds limit = 30s) {
     std::this_thread::sleep_for(20ms);  // polling a condition, bounded by the deadline
   }
   return pred();
+}
+
+// A fresh P-256 private key in PEM: a key that matches no certificate of the cluster.
+std::string NewEcKeyPem() {
+  EVP_PKEY* key = EVP_EC_gen("P-256");
+  if (key == nullptr)
+    return "";
+  BIO* bio = BIO_new(BIO_s_mem());
+  PEM_write_bio_PrivateKey(bio, key, nullptr, nullptr, 0, nullptr, nullptr);
+  char* data = nullptr;
+  const long n = BIO_get_mem_data(bio, &data);  // NOLINT(google-runtime-int): OpenSSL's type
+  std::string pem(data, static_cast<size_t>(n));
+  BIO_free(bio);
+  EVP_PKEY_free(key);
+  return pem;
 }
 
 class K8sClusterTest : public ::testing::Test {
@@ -347,6 +367,23 @@ TEST_F(K8sClusterTest, TransportRefusesAServerWithTheWrongCa) {
   ClientConfig garbage = *config_;
   garbage.client_key_pem = "not a key";
   EXPECT_FALSE(NewCpprestTransport(garbage).ok());
+
+  // A well-formed key of another pair is refused up front too, naming the field.
+  ClientConfig other_key = *config_;
+  other_key.client_key_pem = NewEcKeyPem();
+  ASSERT_NE(other_key.client_key_pem.find("PRIVATE KEY"), std::string::npos);
+  auto refused = NewCpprestTransport(other_key);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().find("client-key: not a PEM private key matching"), std::string::npos)
+      << refused.error();
+
+  // So is a CA bundle whose second certificate is damaged.
+  ClientConfig damaged = *config_;
+  damaged.ca_pem += "-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n";
+  auto bad_ca = NewCpprestTransport(damaged);
+  ASSERT_FALSE(bad_ca.ok());
+  EXPECT_NE(bad_ca.error().find("certificate-authority: not a PEM certificate"), std::string::npos)
+      << bad_ca.error();
 }
 
 struct Candidate {
@@ -421,6 +458,41 @@ TEST_F(K8sClusterTest, LeaderElectionOneLeadsOthersTakeOver) {
 
 namespace tessera::k8s {
 namespace {
+
+// A transport without a CA of its own trusts the bundle SSL_CERT_FILE named when the process
+// started, even after a transport with its own CA has pointed SSL_CERT_FILE at /dev/null (the
+// controller's progress poller, say, beside its kubeconfig's client). Here that bundle is the
+// test cluster's CA, so only a transport that still loads it can connect. Registered as its
+// own ctest (k8s_client_system_cas): SSL_CERT_FILE is moved once per process, and the
+// suite above moves it first. (TransportRefusesAServerWithTheWrongCa is the other half: a
+// bundle without the cluster's CA is refused.)
+TEST(K8sSystemCaTest, TransportWithoutACaTrustsTheBundleSslCertFileNamed) {
+  auto config = LoadDefaultConfig("");
+  ASSERT_TRUE(config.ok()) << config.error();
+  ASSERT_FALSE(config->ca_pem.empty()) << "the fixture's kubeconfig names its CA";
+  const std::string bundle =
+      testing::TempDir() + "/system-cas-" + std::to_string(getpid()) + ".pem";
+  {
+    std::ofstream out(bundle);
+    out << config->ca_pem;
+  }
+  ASSERT_EQ(setenv("SSL_CERT_FILE", bundle.c_str(), 1), 0);
+
+  auto own_ca = NewCpprestTransport(*config);
+  ASSERT_TRUE(own_ca.ok()) << own_ca.error();
+  ASSERT_STREQ(std::getenv("SSL_CERT_FILE"), "/dev/null");
+  RestClient first(**own_ca, *config);
+  ASSERT_TRUE(first.Get(Namespaces().Named("default")).ok());
+
+  ClientConfig system_cas = *config;
+  system_cas.ca_pem.clear();
+  auto transport = NewCpprestTransport(system_cas);
+  ASSERT_TRUE(transport.ok()) << transport.error();
+  RestClient client(**transport, system_cas);
+  auto got = client.Get(Namespaces().Named("default"));
+  EXPECT_TRUE(got.ok()) << got.error().ToString();
+  std::remove(bundle.c_str());
+}
 
 // kube-apiserver restarted under a running informer: the watch fails, the reflector backs
 // off and reconnects (relisting if its version is no longer served), and the informer
