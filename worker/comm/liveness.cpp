@@ -1,6 +1,7 @@
 #include "worker/comm/liveness.h"
 
 #include <charconv>
+#include <vector>
 
 namespace tessera::comm {
 
@@ -58,17 +59,35 @@ void LivenessMonitor::Watch() {
 }
 
 void LivenessMonitor::Report(RankLoss loss) {
-  std::map<int, std::function<void(const RankLoss&)>> subscribers;
+  std::vector<int> ids;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (loss_ || stopping_)
       return;
     loss_ = loss;
-    subscribers = subscribers_;
+    for (const auto& [id, fn] : subscribers_)
+      ids.push_back(id);
   }
   reported_.notify_all();
-  for (auto& [id, fn] : subscribers)
+  for (int id : ids) {
+    std::function<void(const RankLoss&)> fn;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = subscribers_.find(id);
+      if (it == subscribers_.end())
+        continue;  // unsubscribed meanwhile
+      fn = std::move(it->second);
+      subscribers_.erase(it);  // once only
+      calling_ = id;
+    }
     fn(loss);
+    fn = nullptr;  // what fn holds is released before Unsubscribe may return
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      calling_ = -1;
+    }
+    called_.notify_all();
+  }
 }
 
 std::optional<RankLoss> LivenessMonitor::loss() const {
@@ -96,8 +115,11 @@ int LivenessMonitor::Subscribe(std::function<void(const RankLoss&)> fn) {
 }
 
 void LivenessMonitor::Unsubscribe(int id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   subscribers_.erase(id);
+  if (std::this_thread::get_id() == thread_.get_id())
+    return;  // from inside a subscriber: nothing else runs on this thread
+  called_.wait(lock, [&] { return calling_ != id; });
 }
 
 }  // namespace tessera::comm

@@ -44,6 +44,9 @@ class LivenessMonitor {
   // Calls `fn` once when a loss is reported (at once if one already was). Returns an id for
   // Unsubscribe. `fn` runs on the monitor's thread and must not block.
   int Subscribe(std::function<void(const RankLoss&)> fn);
+  // After this returns, `fn` of `id` is not running and never will: a call already under way
+  // on the monitor's thread is waited for. So whatever `fn` holds (a group's core, which may
+  // own this monitor) is never released last on the monitor's own thread.
   void Unsubscribe(int id);
 
  private:
@@ -56,9 +59,11 @@ class LivenessMonitor {
   std::unique_ptr<rendezvous::StoreClient> watch_;
   mutable std::mutex mu_;
   mutable std::condition_variable reported_;
+  std::condition_variable called_;  // a subscriber's call returned
   std::optional<RankLoss> loss_;
   std::map<int, std::function<void(const RankLoss&)>> subscribers_;
   int next_id_ = 0;
+  int calling_ = -1;  // the subscriber whose fn runs now, else -1
   bool stopping_ = false;
   std::thread thread_;
 };

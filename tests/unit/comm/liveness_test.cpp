@@ -1,10 +1,13 @@
 // The lost-rank monitor against an in-process store: a client dying without a goodbye is
-// reported by rank, a clean exit is not, and a vanished store is reported as rank 0.
+// reported by rank, a clean exit is not, a vanished store is reported as rank 0, and
+// Unsubscribe waits for a callback under way.
 #include "worker/comm/liveness.h"
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <future>
+#include <thread>
 
 #include "tests/unit/comm/local_store.h"
 
@@ -46,6 +49,32 @@ TEST_F(LivenessTest, ACrashedRankIsReportedByNumberToSubscribers) {
   int calls = 0;
   watcher.Subscribe([&](const RankLoss&) { ++calls; });
   EXPECT_EQ(calls, 1);
+}
+
+// A group unsubscribes before it drops its core; the core may hold the last reference to the
+// monitor. If Unsubscribe returned while the callback still ran, the callback's reference
+// could be the last, and the monitor would be destroyed on its own thread (a self-join, which
+// aborted a rank in CI).
+TEST_F(LivenessTest, UnsubscribeWaitsForACallbackUnderWay) {
+  LivenessMonitor watcher(*client_, "job/", 1);
+  std::promise<void> started;
+  std::atomic<bool> finished{false};
+  const int id = watcher.Subscribe([&](const RankLoss&) {
+    started.set_value();
+    std::this_thread::sleep_for(300ms);
+    finished = true;
+  });
+  int unsubscribed_calls = 0;
+  const int gone = watcher.Subscribe([&](const RankLoss&) { ++unsubscribed_calls; });
+  watcher.Unsubscribe(gone);
+  {
+    rendezvous::StoreClient rank2(options_);
+    rank2.AddWill("job/lost", "2");
+  }
+  ASSERT_EQ(started.get_future().wait_for(10s), std::future_status::ready);
+  watcher.Unsubscribe(id);
+  EXPECT_TRUE(finished);
+  EXPECT_EQ(unsubscribed_calls, 0);
 }
 
 TEST_F(LivenessTest, ACleanExitIsNotALoss) {
