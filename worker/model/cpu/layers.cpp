@@ -68,7 +68,8 @@ struct ColumnBands {
 // Hot loops are compiled for AVX-512, for AVX2 and for baseline x86-64; the loader picks
 // the best the CPU has (GCC function multi-versioning), so one binary runs everywhere. The
 // OpenMP-parallel loops stay outside these functions: they call them on rows or chunks.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// Not under ThreadSanitizer: its instrumented resolvers run before its runtime is set up.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #define TESSERA_VECTOR_CLONES \
   __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
