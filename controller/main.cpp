@@ -264,13 +264,16 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  tessera::k8s::Cancellation stop;
-  std::thread signal_thread([&signals, &stop] {
+  // The signal thread is detached and may still be inside Cancel when main returns, so it
+  // shares ownership of what it touches.
+  auto stop_owner = std::make_shared<tessera::k8s::Cancellation>();
+  tessera::k8s::Cancellation& stop = *stop_owner;
+  std::thread signal_thread([signals, stop_owner] {
     int signal = 0;
     while (sigwait(&signals, &signal) == 0) {
       if (signal == SIGTERM || signal == SIGINT) {
         spdlog::info("received {}; stopping", signal == SIGTERM ? "SIGTERM" : "SIGINT");
-        stop.Cancel();
+        stop_owner->Cancel();
         return;
       }
     }

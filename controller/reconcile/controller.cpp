@@ -202,6 +202,7 @@ bool Controller::WaitForSync(std::chrono::steady_clock::duration timeout) const 
 }
 
 void Controller::RunWorkers() {
+  std::lock_guard<std::mutex> lock(lifecycle_mu_);
   if (!workers_.empty() || stopped_)
     return;
   for (int i = 0; i < std::max(1, options_.workers); ++i)
@@ -209,12 +210,16 @@ void Controller::RunWorkers() {
 }
 
 void Controller::Stop() {
-  if (stopped_.exchange(true))
-    return;
+  std::vector<std::thread> workers;
+  {
+    std::lock_guard<std::mutex> lock(lifecycle_mu_);
+    if (stopped_.exchange(true))
+      return;
+    workers = std::move(workers_);  // a RunWorkers after this starts nothing
+  }
   queue_.ShutDown();
-  for (auto& t : workers_)
+  for (auto& t : workers)
     t.join();
-  workers_.clear();
   for (auto* informer : {jobs_.get(), pods_.get(), nodes_.get()})
     informer->Stop();
 }

@@ -77,7 +77,8 @@ class Controller {
   bool Synced() const;
   // Waits until Synced or `timeout`; returns Synced().
   bool WaitForSync(std::chrono::steady_clock::duration timeout) const;
-  // Starts the reconcile workers (after WaitForSync). Idempotent.
+  // Starts the reconcile workers (after WaitForSync). Idempotent; nothing after Stop. May race
+  // Stop (leadership won on the elector's thread while the process is told to stop).
   void RunWorkers();
   // Shuts the queue down, lets workers finish the key in hand, stops informers. Idempotent.
   void Stop();
@@ -145,6 +146,7 @@ class Controller {
   std::map<std::string, std::string> slices_;
   std::map<std::string, std::string> phases_;  // key -> phase, for tessera_jobs{phase}
 
+  std::mutex lifecycle_mu_;  // guards workers_ and the decision to set stopped_
   std::atomic<bool> stopped_{false};
   std::vector<std::thread> workers_;
 };

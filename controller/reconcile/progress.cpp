@@ -164,9 +164,10 @@ void ProgressPoller::PollOnce() {
 }
 
 void ProgressPoller::Start() {
-  if (options_.polling == ProgressPolling::kOff || thread_.joinable())
+  std::lock_guard<std::mutex> guard(mu_);
+  if (options_.polling == ProgressPolling::kOff || stopping_ || thread_.joinable())
     return;
-  thread_ = std::thread([this] {
+  thread_ = std::thread([this] {  // takes mu_ once this returns
     std::unique_lock<std::mutex> lock(mu_);
     while (!stopping_) {
       if (cv_.wait_for(lock, options_.interval, [this] { return stopping_; }))
@@ -179,13 +180,15 @@ void ProgressPoller::Start() {
 }
 
 void ProgressPoller::Stop() {
+  std::thread thread;
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
+    thread = std::move(thread_);
   }
   cv_.notify_all();
-  if (thread_.joinable())
-    thread_.join();
+  if (thread.joinable())
+    thread.join();
 }
 
 }  // namespace tessera::reconcile

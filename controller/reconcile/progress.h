@@ -83,6 +83,8 @@ class ProgressPoller {
   // The latest sample for `key` taken from the pod generation (uid, attempt); nullopt when none.
   std::optional<ProgressSample> Latest(const std::string& key, const std::string& uid) const;
 
+  // Start is idempotent and does nothing after Stop; the two may race (Start runs on the leader
+  // elector's thread).
   void Start();
   void Stop();
   // Reads every target once, now (the polling thread does this every interval).
@@ -106,7 +108,7 @@ class ProgressPoller {
   std::condition_variable cv_;
   bool stopping_ = false;
   std::map<std::string, Target> targets_;
-  std::thread thread_;
+  std::thread thread_;  // guarded by mu_
 };
 
 }  // namespace tessera::reconcile

@@ -174,6 +174,21 @@ class ControllerTest : public ::testing::Test {
   std::unique_ptr<Controller> controller_;
 };
 
+// Leadership can be won (RunWorkers, on the elector's thread) just as the process is told to
+// stop (Stop, on the main thread). Whatever the order, no worker outlives Stop: an unjoined
+// one would end the process in ~thread. (Under the tsan preset the old, unguarded worker list
+// was reported here as a data race.)
+TEST_F(ControllerTest, RunWorkersRacingStopLeavesNoWorkerBehind) {
+  for (int i = 0; i < 20; ++i) {
+    std::thread leader([&] { controller_->RunWorkers(); });
+    controller_->Stop();
+    leader.join();
+    controller_->RunWorkers();  // after Stop: starts nothing
+    controller_.reset();
+    StartController(std::chrono::minutes(2));
+  }
+}
+
 TEST_F(ControllerTest, CreatesServiceSecretAndPodsThenRunning) {
   Create(TrainingJobs("ml"), JobObject("gpt", 2));
   ASSERT_TRUE(WaitUntil([&] {
