@@ -61,6 +61,7 @@ class Def {
   }
   Def& Pattern(std::string v) {
     f_.pattern = std::move(v);
+    f_.pattern_regex = std::make_shared<const std::regex>(f_.pattern);
     return *this;
   }
   Def& Required() {
@@ -624,7 +625,7 @@ struct Checker {
         Add(path, "must have at most " + std::to_string(*f.max_length) + " characters (has " +
                       std::to_string(len) + ")");
       }
-      if (!f.pattern.empty() && !std::regex_search(s, std::regex(f.pattern))) {
+      if (f.pattern_regex && !std::regex_search(s, *f.pattern_regex)) {
         Add(path, "must match " + f.pattern +
                       " (lowercase letters, digits and '-', starting "
                       "with a letter)");
