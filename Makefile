@@ -3,7 +3,6 @@
 #   make test   set up, build, and run the unit, cluster and e2e tests
 SHELL := /bin/bash
 PRESET ?= default
-BUILD_DIR := $(if $(filter default,$(PRESET)),build,build-$(PRESET))
 CTEST_ARGS ?=
 
 .PHONY: all setup build test test-unit test-cluster test-e2e demo format format-check clean cluster-up cluster-down

@@ -1,7 +1,6 @@
 #include "worker/comm/liveness.h"
 
 #include <charconv>
-#include <vector>
 
 namespace tessera::comm {
 
@@ -59,26 +58,24 @@ void LivenessMonitor::Watch() {
 }
 
 void LivenessMonitor::Report(RankLoss loss) {
-  std::vector<int> ids;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (loss_ || stopping_)
       return;
     loss_ = loss;
-    for (const auto& [id, fn] : subscribers_)
-      ids.push_back(id);
   }
   reported_.notify_all();
-  for (int id : ids) {
+  // Once loss_ is set, Subscribe calls new subscribers itself: subscribers_ only shrinks.
+  for (;;) {
     std::function<void(const RankLoss&)> fn;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      auto it = subscribers_.find(id);
-      if (it == subscribers_.end())
-        continue;  // unsubscribed meanwhile
-      fn = std::move(it->second);
-      subscribers_.erase(it);  // once only
-      calling_ = id;
+      if (subscribers_.empty())
+        return;
+      auto first = subscribers_.begin();
+      calling_ = first->first;
+      fn = std::move(first->second);
+      subscribers_.erase(first);  // called once only
     }
     fn(loss);
     fn = nullptr;  // what fn holds is released before Unsubscribe may return
