@@ -2,13 +2,16 @@
 // (api/schema.h); this file only converts between text, JSON values and the C++ structs.
 #include "api/codec.h"
 
+#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cstdlib>
-#include <regex>
 #include <set>
 #include <stdexcept>
+#include <string_view>
 
 #include "api/schema.h"
 
@@ -24,20 +27,53 @@ class YamlError : public std::runtime_error {
                            std::to_string(mark.column + 1) + ": " + what) {}
 };
 
+// Character scans for the number forms below. Not std::regex: libstdc++ matches recursively, a
+// frame per character, so a scalar of a few hundred thousand digits overflowed the stack.
+bool AllOf(std::string_view s, int (*is)(int)) {
+  return !s.empty() && std::all_of(s.begin(), s.end(),
+                                   [is](char c) { return is(static_cast<unsigned char>(c)) != 0; });
+}
+
+std::string_view WithoutSign(std::string_view s) {
+  return !s.empty() && (s[0] == '-' || s[0] == '+') ? s.substr(1) : s;
+}
+
+// [-+]?[0-9]+
+bool IsDecimalInteger(std::string_view s) {
+  return AllOf(WithoutSign(s), isdigit);
+}
+
+// 0x[0-9a-fA-F]+
+bool IsHexInteger(std::string_view s) {
+  return s.starts_with("0x") && AllOf(s.substr(2), isxdigit);
+}
+
+// [-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?
+bool IsFloat(std::string_view s) {
+  s = WithoutSign(s);
+  const size_t e = s.find_first_of("eE");
+  if (e != std::string_view::npos && !IsDecimalInteger(s.substr(e + 1)))
+    return false;
+  const std::string_view mantissa = s.substr(0, e);
+  const size_t dot = mantissa.find('.');
+  if (dot == std::string_view::npos)
+    return AllOf(mantissa, isdigit);
+  const std::string_view whole = mantissa.substr(0, dot), fraction = mantissa.substr(dot + 1);
+  return whole.empty() ? AllOf(fraction, isdigit)
+                       : AllOf(whole, isdigit) && (fraction.empty() || AllOf(fraction, isdigit));
+}
+
 // A plain (unquoted, untagged) scalar, typed as YAML 1.1 does (sigs.k8s.io/yaml in kubectl).
 json PlainScalar(const std::string& s) {
   static const std::set<std::string> kTrue = {"true", "True", "TRUE", "yes", "Yes", "YES",
                                               "on",   "On",   "ON",   "y",   "Y"};
   static const std::set<std::string> kFalse = {"false", "False", "FALSE", "no", "No", "NO",
                                                "off",   "Off",   "OFF",   "n",  "N"};
-  static const std::regex kInt("[-+]?[0-9]+");
-  static const std::regex kHex("0x[0-9a-fA-F]+");
-  static const std::regex kFloat("[-+]?(\\.[0-9]+|[0-9]+(\\.[0-9]*)?)([eE][-+]?[0-9]+)?");
   if (kTrue.contains(s))
     return true;
   if (kFalse.contains(s))
     return false;
-  if (std::regex_match(s, kInt)) {
+  if (IsDecimalInteger(s)) {
     int64_t v = 0;
     const char* begin = s.data() + (s[0] == '+' ? 1 : 0);
     auto [end, ec] = std::from_chars(begin, s.data() + s.size(), v);
@@ -45,19 +81,30 @@ json PlainScalar(const std::string& s) {
       return v;
     return std::strtod(s.c_str(), nullptr);  // beyond int64: a number, which bounds refuse
   }
-  if (std::regex_match(s, kHex)) {
+  if (IsHexInteger(s)) {
     int64_t v = 0;
     auto [end, ec] = std::from_chars(s.data() + 2, s.data() + s.size(), v, 16);
     if (ec == std::errc() && end == s.data() + s.size())
       return v;
   }
   // strtod, not stod: 1e999 becomes infinity (refused by the bounds) instead of throwing.
-  if (std::regex_match(s, kFloat))
+  if (IsFloat(s))
     return std::strtod(s.c_str(), nullptr);
   return s;
 }
 
-json ToJson(const YAML::Node& node) {
+// How many values one YAML stream may expand to. An alias repeats its anchor's whole value, so
+// nine aliases of nine aliases of ... (a "billion laughs" file of 2 KB) would otherwise expand
+// to more values than memory holds, and take hours to. A TrainingJob has a few hundred.
+constexpr size_t kMaxValues = 1'000'000;
+
+// Converts one document, counting the values it produces against *budget.
+json ToJson(const YAML::Node& node, size_t* budget) {
+  if (*budget == 0) {
+    throw YamlError(node.Mark(), "the document expands to more than " + std::to_string(kMaxValues) +
+                                     " values (aliases of aliases?); refusing to read it");
+  }
+  --*budget;
   switch (node.Type()) {
     case YAML::NodeType::Null:
     case YAML::NodeType::Undefined:
@@ -75,7 +122,7 @@ json ToJson(const YAML::Node& node) {
     case YAML::NodeType::Sequence: {
       json out = json::array();
       for (const auto& item : node)
-        out.push_back(ToJson(item));
+        out.push_back(ToJson(item, budget));
       return out;
     }
     case YAML::NodeType::Map: {
@@ -86,7 +133,7 @@ json ToJson(const YAML::Node& node) {
         const std::string key = kv.first.Scalar();
         if (out.contains(key))
           throw YamlError(kv.first.Mark(), "duplicate key \"" + key + "\"");
-        out[key] = ToJson(kv.second);
+        out[key] = ToJson(kv.second, budget);
       }
       return out;
     }
@@ -247,11 +294,18 @@ void PutStr(json& obj, const char* key, const std::string& v) {
 ParsedYaml ParseYaml(const std::string& text) {
   ParsedYaml out;
   try {
+    size_t budget = kMaxValues;
     for (const auto& doc : YAML::LoadAll(text)) {
-      json j = ToJson(doc);
+      json j = ToJson(doc, &budget);
       if (!j.is_null())
         out.documents.push_back(std::move(j));
     }
+  } catch (const YAML::DeepRecursion& e) {
+    // yaml-cpp's own message here is "bad file".
+    out.documents.clear();
+    out.error = "line " + std::to_string(e.mark.line + 1) + ", column " +
+                std::to_string(e.mark.column + 1) +
+                ": nested too deeply (beyond yaml-cpp's recursion limit)";
   } catch (const YAML::Exception& e) {
     out.documents.clear();
     out.error = "line " + std::to_string(e.mark.line + 1) + ", column " +

@@ -105,7 +105,10 @@ std::vector<CrossFieldRule> RootRules() {
         const std::string host = WorkerPodName(job.metadata.name, w - 1);
         if (host.size() <= 63)
           return std::nullopt;
-        return host + " has " + to_string(host.size()) + " characters";
+        // A name of thousands of characters is shown by its ends, not whole.
+        const std::string shown =
+            host.size() <= 100 ? host : host.substr(0, 40) + "..." + host.substr(host.size() - 40);
+        return shown + " has " + to_string(host.size()) + " characters";
       },
   });
   return rules;

@@ -6,6 +6,7 @@
 #include <regex>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 
 #include "api/rules.h"
 
@@ -59,7 +60,11 @@ class Def {
     f_.format = std::move(v);
     return *this;
   }
+  // Only after Length: the pattern is matched only on strings within max_length (libstdc++'s
+  // std::regex recurses once per character, so an unbounded string could overflow the stack).
   Def& Pattern(std::string v) {
+    if (!f_.max_length)
+      throw std::logic_error("schema: " + f_.name + ": a pattern needs a Length first");
     f_.pattern = std::move(v);
     f_.pattern_regex = std::make_shared<const std::regex>(f_.pattern);
     return *this;
@@ -625,7 +630,7 @@ struct Checker {
         Add(path, "must have at most " + std::to_string(*f.max_length) + " characters (has " +
                       std::to_string(len) + ")");
       }
-      if (f.pattern_regex && !std::regex_search(s, *f.pattern_regex)) {
+      if (f.pattern_regex && len <= *f.max_length && !std::regex_search(s, *f.pattern_regex)) {
         Add(path, "must match " + f.pattern +
                       " (lowercase letters, digits and '-', starting "
                       "with a letter)");

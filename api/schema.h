@@ -53,7 +53,7 @@ struct FieldSchema {
   std::optional<int64_t> max_items;
   std::optional<int64_t> max_properties;
   std::string format;   // e.g. "date-time"
-  std::string pattern;  // ECMA regular expression a string must match
+  std::string pattern;  // ECMA regular expression a string must match (needs max_length)
   // `pattern`, compiled once when the schema is built (a compile per check was over 80% of
   // decoding a job, and the controller decodes on every reconcile).
   std::shared_ptr<const std::regex> pattern_regex;

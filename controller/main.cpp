@@ -165,7 +165,7 @@ int main(int argc, char** argv) {
                  "Serve /healthz and /readyz here (host:port, :port; 0 disables)")
       ->capture_default_str();
   app.add_option("--qps", qps, "Client-side limit on API requests per second")
-      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(0.01, 1e6))
       ->capture_default_str();
   app.add_option("--burst", burst, "Client-side burst of API requests")
       ->check(CLI::Range(1, 100000))
@@ -179,7 +179,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"pods", "loopback-only", "off"}))
       ->capture_default_str();
   app.add_option("--progress-interval", progress_interval, "Seconds between /progress reads")
-      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(0.01, 3600.0))
       ->capture_default_str();
   app.add_option("--pod-event-batch", pod_event_batch,
                  "Seconds a pod event waits for others of its job before one reconcile (0: none)")
@@ -187,7 +187,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--cache-sync-timeout", sync_timeout,
                  "Seconds to wait for the first list of every watched resource")
-      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(0.01, 86400.0))
       ->capture_default_str();
   app.add_flag("--leader-elect", leader_elect,
                "Elect a leader on a Lease; only the leader reconciles");
@@ -197,15 +197,15 @@ int main(int argc, char** argv) {
   app.add_option("--leader-election-id", lease_name, "Name of the Lease")->capture_default_str();
   app.add_option("--leader-election-lease-duration", lease_duration,
                  "Seconds a silent leader keeps the Lease")
-      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(0.01, 3600.0))
       ->capture_default_str();
   app.add_option("--leader-election-renew-deadline", renew_deadline,
                  "Seconds the leader keeps trying to renew before giving up")
-      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(0.01, 3600.0))
       ->capture_default_str();
   app.add_option("--leader-election-retry-period", retry_period,
                  "Seconds between attempts to acquire or renew")
-      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(0.01, 3600.0))
       ->capture_default_str();
   try {
     app.parse(argc, argv);

@@ -12,14 +12,10 @@
 
 #include <csignal>
 #include <cstdlib>
-#include <fstream>
 #include <iostream>
-#include <sstream>
 #include <string>
 #include <vector>
 
-#include "api/codec.h"
-#include "api/validate.h"
 #include "api/version.h"
 #include "worker/agent.h"
 #include "worker/comm/device_mesh.h"
@@ -29,6 +25,7 @@
 #include "worker/rendezvous/store_error.h"
 #include "worker/rendezvous/store_server.h"
 #include "worker/train/config.h"
+#include "worker/train/from_api.h"
 #include "worker/train/gpu_replica.h"
 #include "worker/train/trainer.h"
 
@@ -80,25 +77,6 @@ Status ApplyEnvironment(tessera::train::TrainerConfig* config, tessera::train::R
   if (const char* mesh = std::getenv("TESSERA_MESH"); mesh != nullptr && *mesh != '\0') {
     rank->mesh = mesh;
   }
-  return Status::Ok();
-}
-
-// A TrainingJob file is first checked by tessera::api, with the answers of `tessera validate`
-// (schema and cross-field rules); the trainer then reads its spec.trainer.
-Status CheckTrainingJob(const std::string& path) {
-  std::ifstream in(path);
-  if (!in)
-    return BadConfig(path + ": cannot read the config file");
-  std::stringstream text;
-  text << in.rdbuf();
-  const api::ParsedYaml parsed = api::ParseYaml(text.str());
-  if (!parsed.ok() || parsed.documents.size() != 1 || !parsed.documents[0].is_object() ||
-      parsed.documents[0].value("kind", "") != "TrainingJob") {
-    return Status::Ok();  // not a TrainingJob: the trainer's own reader reports problems
-  }
-  const std::vector<api::FieldError> errors = api::ValidateDocument(parsed.documents[0]);
-  if (!errors.empty())
-    return BadConfig(path + ": " + api::FormatError(errors.front()));
   return Status::Ok();
 }
 
@@ -172,11 +150,8 @@ int RunRank(const std::string& config_path, const std::vector<std::string>& over
             int threads) {
   tessera::train::TrainerConfig config;
   tessera::train::RankContext rank;
-  if (Status st = CheckTrainingJob(config_path); !st.ok())
+  if (Status st = tessera::train::LoadTrainerConfigOrJob(config_path, &config); !st.ok())
     return Fail(st);
-  if (Status st = tessera::train::LoadTrainerConfigFile(config_path, &config); !st.ok()) {
-    return Fail(st);
-  }
   for (const std::string& assignment : overrides) {
     if (Status st = tessera::train::ApplyTrainerConfigOverride(assignment, &config); !st.ok()) {
       return Fail(st);
@@ -257,7 +232,7 @@ int main(int argc, char** argv) {
   rank_cmd->add_option("--config", config_path, "Trainer YAML, or a TrainingJob file")->required();
   rank_cmd->add_option("--set", overrides, "Override a field: key=value (camelCase path)");
   rank_cmd->add_option("--threads", threads, "Kernel threads (0 = OMP_NUM_THREADS or all cores)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 1024));
 
   CLI::App* agent_cmd = app.add_subcommand(
       "agent",
@@ -271,11 +246,11 @@ int main(int argc, char** argv) {
   agent_cmd->add_option("--config", agent_config, "Trainer YAML, or a TrainingJob file");
   agent_cmd->add_option("--set", agent_overrides, "Passed to every rank");
   agent_cmd->add_option("--threads", agent_threads, "Passed to every rank")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 1024));
   agent_cmd
       ->add_option("--grace", grace_seconds,
                    "Seconds ranks get to stop after SIGTERM before SIGKILL (default 30)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0.0, 86400.0));
   agent_cmd->add_option("command", agent_command, "Your own trainer, after --");
 
   try {

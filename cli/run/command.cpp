@@ -25,11 +25,11 @@ void AddRunCommand(CLI::App* app, int* rc) {
                 "Continue from the run directory's checkpoints instead of starting afresh");
   run->add_option("--grace-period", options->grace_seconds,
                   "Seconds between SIGTERM (checkpoint and stop) and SIGKILL when stopping ranks")
-      ->check(CLI::NonNegativeNumber)
+      ->check(CLI::Range(0.0, 86400.0))
       ->capture_default_str();
   run->add_option("--sample", options->sample_chars,
                   "Built-in trainer: print this many bytes sampled from the final model")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 1 << 20));
   run->add_option("--prompt", options->sample_prompt, "Text the sample starts from");
   run->add_option("--worker-binary", options->worker_binary,
                   "tessera-worker to run ranks with; default: next to this executable");

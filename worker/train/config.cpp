@@ -175,55 +175,6 @@ std::map<std::string, FieldReader> TrainerFields(TrainerConfig* c) {
   };
 }
 
-// Reads the parts of a TrainingJob the trainer uses; everything else in it belongs to the
-// controller and is not checked here.
-Status ReadTrainingJob(const YAML::Node& root, TrainerConfig* c) {
-  const YAML::Node spec = root["spec"];
-  if (!spec || !spec.IsMap())
-    return BadConfig("spec: missing in the TrainingJob");
-  const YAML::Node trainer = spec["trainer"];
-  if (!trainer) {
-    return BadConfig("spec.trainer: missing; the built-in trainer needs it");
-  }
-  if (Status st = ReadMap(trainer, "spec.trainer", TrainerFields(c)); !st.ok())
-    return st;
-  if (const YAML::Node port = spec["metrics"]["port"]; port) {
-    if (Status st = ReadScalar(port, "spec.metrics.port", "an integer", &c->metrics.port);
-        !st.ok()) {
-      return st;
-    }
-  }
-  if (const YAML::Node mb = spec["parallelism"]["microBatches"]; mb) {
-    if (Status st =
-            ReadScalar(mb, "spec.parallelism.microBatches", "an integer", &c->batch.micro_batches);
-        !st.ok()) {
-      return st;
-    }
-  }
-  if (const YAML::Node zero = spec["parallelism"]["zeroStage"]; zero) {
-    if (Status st =
-            ReadScalar(zero, "spec.parallelism.zeroStage", "an integer", &c->parallel.zero_stage);
-        !st.ok()) {
-      return st;
-    }
-  }
-  if (const YAML::Node schedule = spec["parallelism"]["schedule"]; schedule) {
-    if (Status st =
-            ReadScalar(schedule, "spec.parallelism.schedule", "a string", &c->parallel.schedule);
-        !st.ok()) {
-      return st;
-    }
-  }
-  if (const YAML::Node bucket = spec["parallelism"]["bucketMiB"]; bucket) {
-    if (Status st =
-            ReadScalar(bucket, "spec.parallelism.bucketMiB", "a number", &c->parallel.bucket_mib);
-        !st.ok()) {
-      return st;
-    }
-  }
-  return Status::Ok();
-}
-
 }  // namespace
 
 const char* DecayName(Decay decay) {
@@ -240,37 +191,17 @@ const char* DecayName(Decay decay) {
 
 Status ParseTrainerConfigYaml(const std::string& yaml_text, const std::string& source,
                               TrainerConfig* out) {
-  YAML::Node root;
+  TrainerConfig c = *out;
   try {
-    root = YAML::Load(yaml_text);
-  } catch (const YAML::Exception& e) {
+    const YAML::Node root = YAML::Load(yaml_text);
+    if (Status st = ReadMap(root, "", TrainerFields(&c)); !st.ok())
+      return BadConfig(fmt::format("{}: {}", source, st.message()));
+  } catch (const YAML::Exception& e) {  // a syntax error, or a key that is not a string
     return BadConfig(
         fmt::format("{}: not valid YAML (line {}): {}", source, e.mark.line + 1, e.msg));
   }
-  TrainerConfig c = *out;
-  Status st;
-  if (root.IsMap() && root["kind"]) {
-    const std::string kind = root["kind"].IsScalar() ? root["kind"].Scalar() : "";
-    if (kind != "TrainingJob") {
-      return BadConfig(fmt::format("{}: kind '{}' is not TrainingJob", source, kind));
-    }
-    st = ReadTrainingJob(root, &c);
-  } else {
-    st = ReadMap(root, "", TrainerFields(&c));
-  }
-  if (!st.ok())
-    return BadConfig(fmt::format("{}: {}", source, st.message()));
   *out = c;
   return Status::Ok();
-}
-
-Status LoadTrainerConfigFile(const std::string& path, TrainerConfig* out) {
-  std::ifstream in(path);
-  if (!in)
-    return BadConfig(fmt::format("{}: cannot read the config file", path));
-  std::stringstream text;
-  text << in.rdbuf();
-  return ParseTrainerConfigYaml(text.str(), path, out);
 }
 
 Status ApplyTrainerConfigOverride(const std::string& assignment, TrainerConfig* out) {
@@ -285,12 +216,18 @@ Status ApplyTrainerConfigOverride(const std::string& assignment, TrainerConfig* 
   std::stringstream ks(key);
   for (std::string part; std::getline(ks, part, '.');)
     parts.push_back(part);
+  YAML::Node parsed_value;
+  try {
+    parsed_value = YAML::Load(value);
+  } catch (const YAML::Exception& e) {
+    return BadConfig(fmt::format("--set {}: the value is not valid YAML: {}", key, e.msg));
+  }
   YAML::Emitter emitter;
   emitter << YAML::BeginMap;
   for (size_t i = 0; i + 1 < parts.size(); ++i) {
     emitter << YAML::Key << parts[i] << YAML::Value << YAML::BeginMap;
   }
-  emitter << YAML::Key << parts.back() << YAML::Value << YAML::Load(value);
+  emitter << YAML::Key << parts.back() << YAML::Value << parsed_value;
   for (size_t i = 0; i + 1 < parts.size(); ++i)
     emitter << YAML::EndMap;
   emitter << YAML::EndMap;

@@ -82,18 +82,13 @@ struct TrainerConfig {
   int log_every = 10;  // a log line every this many steps (and the first and last)
 };
 
-// Parses YAML text into *out (starting from the defaults above). Accepts either the trainer
-// fields at the top level or the trainer of a TrainingJob (`kind: TrainingJob`: spec.trainer,
-// spec.metrics.port and spec.parallelism.{microBatches, zeroStage, bucketMiB} are read; the rest of
-// the job is the controller's and is not checked here — `tessera validate` checks it). Field names
-// are camelCase as in DESIGN.md §2. Unknown fields and wrong types are refused, naming the field
-// path. `source` names the text in messages (a file name). Does not check value ranges: see
-// ValidateTrainerConfig.
+// Parses the trainer's own YAML (the trainer fields at the top level) into *out, starting from
+// its current values. Field names are camelCase as in DESIGN.md §2. Unknown fields, wrong types
+// and syntax errors are refused, naming the field path or line. `source` names the text in
+// messages (a file name). Does not check value ranges: see ValidateTrainerConfig. A TrainingJob
+// file is read by LoadTrainerConfigOrJob (worker/train/from_api.h) instead.
 Status ParseTrainerConfigYaml(const std::string& yaml_text, const std::string& source,
                               TrainerConfig* out);
-
-// Reads and parses a YAML file; a missing file is a kBadConfig naming the path.
-Status LoadTrainerConfigFile(const std::string& path, TrainerConfig* out);
 
 // Applies one `key=value` override, key a dotted camelCase path ("schedule.steps=10").
 Status ApplyTrainerConfigOverride(const std::string& assignment, TrainerConfig* out);

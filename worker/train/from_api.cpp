@@ -2,7 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "api/codec.h"
+#include "api/validate.h"
 
 namespace tessera::train {
 namespace {
@@ -120,6 +125,38 @@ Status TrainerConfigFromJob(const api::TrainingJob& job, TrainerConfig* out) {
     return st;
 
   *out = std::move(c);
+  return Status::Ok();
+}
+
+Status LoadTrainerConfigOrJob(const std::string& path, TrainerConfig* out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    return BadConfig(fmt::format("{}: cannot read the config file", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  const api::ParsedYaml parsed = api::ParseYaml(text.str());
+  if (!parsed.ok())
+    return BadConfig(fmt::format("{}: not valid YAML: {}", path, parsed.error));
+  if (parsed.documents.size() > 1) {
+    return BadConfig(
+        fmt::format("{}: holds {} YAML documents; expected one", path, parsed.documents.size()));
+  }
+  const bool object = parsed.documents.size() == 1 && parsed.documents[0].is_object() &&
+                      parsed.documents[0].contains("kind");
+  if (!object)
+    return ParseTrainerConfigYaml(text.str(), path, out);
+
+  const nlohmann::json& document = parsed.documents[0];
+  if (const std::vector<api::FieldError> errors = api::ValidateDocument(document);
+      !errors.empty()) {
+    return BadConfig(fmt::format("{}: {}", path, api::FormatError(errors.front())));
+  }
+  api::DecodeResult decoded = api::DecodeJson(document);
+  if (!decoded.job)  // not reached: ValidateDocument reports what DecodeJson would
+    return BadConfig(fmt::format("{}: not a TrainingJob", path));
+  api::ApplyDefaults(*decoded.job);
+  if (Status st = TrainerConfigFromJob(*decoded.job, out); !st.ok())
+    return BadConfig(fmt::format("{}: {}", path, st.message()));
   return Status::Ok();
 }
 

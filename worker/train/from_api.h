@@ -1,6 +1,7 @@
 // Maps a TrainingJob's `spec.trainer` (api/) onto the built-in trainer's TrainerConfig, and
 // writes a TrainerConfig back as the YAML `tessera-worker rank --config` reads. Used by
-// `tessera run` and the controller; knows nothing of processes or the environment contract.
+// `tessera run`, the controller and `tessera-worker rank` (for a TrainingJob file); knows
+// nothing of processes or the environment contract.
 #pragma once
 
 #include <string>
@@ -19,6 +20,13 @@ namespace tessera::train {
 // spec.trainer.checkpoint gives an empty checkpoint.dir (no checkpoints). Does not check value
 // ranges (ValidateTrainerConfig does). Pure; thread-safe.
 Status TrainerConfigFromJob(const api::TrainingJob& job, TrainerConfig* out);
+
+// The trainer's configuration in the file at `path`: a TrainingJob (a mapping with `kind`),
+// read as `tessera run` reads one — the api's schema, cross-field rules and defaults, then
+// TrainerConfigFromJob — or else the trainer's own YAML (ParseTrainerConfigYaml, starting from
+// *out). Every problem is kBadConfig in one line naming the file and the field: an unreadable
+// file, a YAML syntax error, the first of the job's `tessera validate` errors.
+Status LoadTrainerConfigOrJob(const std::string& path, TrainerConfig* out);
 
 // `config` as YAML text (the trainer fields at the top level) that ParseTrainerConfigYaml
 // reads back into an equal configuration, numbers included. Pure; thread-safe.

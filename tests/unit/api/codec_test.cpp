@@ -88,14 +88,34 @@ TEST(Codec, ScalarTyping) {
     const char* yaml;
     json want;
   } cases[] = {
-      {"a: 12", 12},           {"a: -3", -3},
-      {"a: 0x10", 16},         {"a: 1.5", 1.5},
-      {"a: 3.0e-4", 3.0e-4},   {"a: true", true},
-      {"a: yes", true},        {"a: off", false},
-      {"a: ~", nullptr},       {"a: null", nullptr},
-      {"a:", nullptr},         {"a: '12'", "12"},
-      {"a: \"true\"", "true"}, {"a: 1F1B", "1F1B"},
-      {"a: !!str 5", "5"},     {"a: hello world", "hello world"},
+      {"a: 12", 12},
+      {"a: -3", -3},
+      {"a: 0x10", 16},
+      {"a: 1.5", 1.5},
+      {"a: 3.0e-4", 3.0e-4},
+      {"a: true", true},
+      {"a: yes", true},
+      {"a: off", false},
+      {"a: ~", nullptr},
+      {"a: null", nullptr},
+      {"a:", nullptr},
+      {"a: '12'", "12"},
+      {"a: \"true\"", "true"},
+      {"a: 1F1B", "1F1B"},
+      {"a: !!str 5", "5"},
+      {"a: hello world", "hello world"},
+      {"a: .5", 0.5},
+      {"a: 5.", 5.0},
+      {"a: +7", 7},
+      {"a: -1e3", -1000.0},
+      {"a: 1E+2", 100.0},
+      {"a: 1e", "1e"},
+      {"a: .", "."},
+      {"a: 0x", "0x"},
+      {"a: 0xZZ", "0xZZ"},
+      {"a: 1.2.3", "1.2.3"},
+      {"a: +", "+"},
+      {"a: e5", "e5"},
   };
   for (const auto& c : cases) {
     ParsedYaml p = ParseYaml(c.yaml);
@@ -141,6 +161,48 @@ TEST(Codec, HugeNumbersAreRefusedNotFatal) {
   for (const auto& e : r.errors)
     paths.push_back(e.path);
   EXPECT_EQ(paths, (std::vector<std::string>{"spec.gpusPerWorker", "spec.workers"}));  // key order
+}
+
+// Each of these once ended the process (std::regex recursing per character) or never ended
+// (aliases expanded without bound); each is now one error.
+TEST(Codec, LongScalarsAreCheckedWithoutRecursion) {
+  const std::string head = "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: ";
+  DecodeResult r = DecodeYaml(head + std::string(300000, 'a') +
+                              "}\nspec: {workers: " + std::string(300000, '7') +
+                              ", gpusPerWorker: 1." + std::string(300000, '5') + "}\n");
+  std::vector<std::string> lines;
+  for (const auto& e : r.errors)
+    lines.push_back(FormatError(e).substr(0, 60));
+  EXPECT_EQ(lines, (std::vector<std::string>{
+                       "metadata.name: must have at most 54 characters (has 300000)",
+                       "spec.gpusPerWorker: must be integer, not number",
+                       "spec.workers: must be integer, not number",
+                   }));
+}
+
+TEST(Codec, AliasesThatExpandWithoutBoundAreRefused) {
+  std::string doc = "a0: &a0 [x, x, x, x, x, x, x, x, x]\n";
+  for (int i = 1; i < 12; ++i) {  // 9^12 values
+    doc += "a" + std::to_string(i) + ": &a" + std::to_string(i) + " [";
+    for (int k = 0; k < 9; ++k)
+      doc += (k ? ", *a" : "*a") + std::to_string(i - 1);
+    doc += "]\n";
+  }
+  ParsedYaml p = ParseYaml(doc);
+  EXPECT_FALSE(p.ok());
+  EXPECT_NE(p.error.find("expands to more than 1000000 values"), std::string::npos) << p.error;
+
+  // Aliases within the budget are read as their anchors' values.
+  p = ParseYaml("base: &b {lr: 0.1}\nrun: *b\n");
+  ASSERT_TRUE(p.ok()) << p.error;
+  EXPECT_EQ(p.documents[0]["run"], json({{"lr", 0.1}}));
+}
+
+TEST(Codec, DeepNestingIsOneError) {
+  ParsedYaml p = ParseYaml("a: " + std::string(100000, '[') + std::string(100000, ']') + "\n");
+  EXPECT_FALSE(p.ok());
+  EXPECT_NE(p.error.find("line 1, column "), std::string::npos) << p.error;
+  EXPECT_NE(p.error.find("nested too deeply"), std::string::npos) << p.error;
 }
 
 TEST(Codec, QuotedNumberIsATypeError) {

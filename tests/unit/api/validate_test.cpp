@@ -330,6 +330,22 @@ TEST(Validate, MessagesCarryTheValues) {
             "divide 4)");
 }
 
+// A name of 300,000 characters is reported in a line, not echoed whole.
+TEST(Validate, MessagesShowALongNameByItsEnds) {
+  json doc = Base();
+  doc["metadata"]["name"] = std::string(300000, 'a');
+  std::vector<std::string> lines;
+  for (const auto& e : ValidateDocument(doc))
+    lines.push_back(FormatError(e));
+  EXPECT_EQ(lines, (std::vector<std::string>{
+                       "metadata.name: must have at most 54 characters (has 300000)",
+                       "metadata.name: too long: every pod hostname <name>-worker-<i> must fit a "
+                       "63-character DNS label (" +
+                           std::string(40, 'a') + "..." + std::string(31, 'a') +
+                           "-worker-1 has 300009 characters)",
+                   }));
+}
+
 TEST(ApplyDefaults, ProcsPerWorkerFollowsGpusAtLeastOne) {
   struct {
     int64_t gpus;

@@ -2,6 +2,9 @@
 // train::TrainerConfigFromJob (with its YAML round trip).
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+
 #include "api/codec.h"
 #include "api/validate.h"
 #include "lifecycle/from_api.h"
@@ -153,6 +156,85 @@ TEST(TrainerConfigFromJob, RefusesWhatTheBuiltinTrainerCannotDo) {
     EXPECT_EQ(st.code(), train::ExitCode::kBadConfig) << u.set;
     EXPECT_EQ(st.message().rfind(u.field, 0), 0u) << st.message();
   }
+}
+
+// `tessera-worker rank --config FILE`'s reader, given a file of text.
+class LoadTrainerConfigOrJob : public ::testing::Test {
+ protected:
+  train::Status Load(const std::string& text, train::TrainerConfig* config) {
+    const std::filesystem::path path =
+        std::filesystem::path(::testing::TempDir()) /
+        (std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + ".yaml");
+    std::ofstream(path) << text;
+    path_ = path.string();
+    return train::LoadTrainerConfigOrJob(path_, config);
+  }
+  std::string path_;
+};
+
+TEST_F(LoadTrainerConfigOrJob, ReadsATrainingJobAsTesseraRunDoes) {
+  // No spec.metrics: once an uncaught YAML::InvalidNode in the worker's own job reader.
+  const std::string job = R"(
+apiVersion: tessera.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: gpt}
+spec:
+  workers: 1
+  parallelism: {data: 1, microBatches: 4, zeroStage: 0, bucketMiB: 8}
+  trainer:
+    model: {layers: 2, dModel: 64, heads: 4, seqLen: 64, vocab: 256}
+    data: {path: /data/tinyshakespeare.txt}
+    batch: {global: 8}
+    schedule: {steps: 20, warmupSteps: 2, decay: linear}
+)";
+  train::TrainerConfig c;
+  const train::Status st = Load(job, &c);
+  ASSERT_TRUE(st.ok()) << st.message();
+  train::TrainerConfig want;
+  ASSERT_TRUE(train::TrainerConfigFromJob(Decode(job), &want).ok());
+  EXPECT_EQ(train::TrainerConfigYaml(c), train::TrainerConfigYaml(want));
+  EXPECT_EQ(c.data.path, "/data/tinyshakespeare.txt");
+  EXPECT_EQ(c.batch.micro_batches, 4);
+  EXPECT_EQ(c.metrics.port, 9400);  // the schema's default
+  EXPECT_DOUBLE_EQ(c.parallel.bucket_mib, 8);
+  EXPECT_EQ(c.schedule.decay, train::Decay::kLinear);
+
+  // The trainer's own YAML still reads as before.
+  ASSERT_TRUE(Load("seed: 9\nschedule: {steps: 3}\n", &c).ok());
+  EXPECT_EQ(c.seed, 9u);
+  EXPECT_EQ(c.schedule.steps, 3);
+}
+
+TEST_F(LoadTrainerConfigOrJob, EachProblemIsOneLineNamingTheFileAndField) {
+  const std::string head =
+      "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: gpt}\n";
+  const std::string trainer =
+      "{model: {preset: gpt2-124m}, data: {path: x}, batch: {global: 8}, schedule: {steps: 5}}";
+  struct {
+    std::string text;
+    std::string want;  // after "<file>: "
+  } cases[] = {
+      {head + "spec: {workers: 0, trainer: " + trainer + "}\n", "spec.workers: must be >= 1"},
+      {head + "spec: {workers: 1}\n", "spec.trainer: set spec.trainer"},
+      {head + "spec: {workers: 1, trainer: {model: {preset: gpt9}, data: {path: x}, batch: "
+              "{global: 8}, schedule: {steps: 5}}}\n",
+       "spec.trainer.model.preset: must be one of"},
+      {"apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n", "apiVersion: must be one of"},
+      {"a: [1\n", "not valid YAML: line "},
+      {"seed: 1\n---\nseed: 2\n", "holds 2 YAML documents; expected one"},
+      {"seed: [1]\n", "seed: expected a non-negative integer"},
+  };
+  for (const auto& c : cases) {
+    train::TrainerConfig config;
+    const train::Status st = Load(c.text, &config);
+    EXPECT_EQ(st.exit_code(), 2) << c.text;
+    EXPECT_EQ(st.message().rfind(path_ + ": " + c.want, 0), 0u) << st.message();
+    EXPECT_EQ(st.message().find('\n'), std::string::npos) << st.message();
+  }
+  train::TrainerConfig config;
+  const train::Status missing = train::LoadTrainerConfigOrJob("missing/trainer.yaml", &config);
+  EXPECT_EQ(missing.exit_code(), 2);
+  EXPECT_EQ(missing.message(), "missing/trainer.yaml: cannot read the config file");
 }
 
 }  // namespace
