@@ -1,5 +1,6 @@
 #include "controller/k8s/config.h"
 
+#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
 #include <cstdlib>
@@ -157,6 +158,9 @@ Result<ClientConfig, std::string> ParseKubeconfig(const std::string& yaml,
   YAML::Node root;
   try {
     root = YAML::Load(yaml);
+  } catch (const YAML::DeepRecursion& e) {  // its own message is "bad file"
+    return origin + ": not valid YAML: line " + std::to_string(e.mark.line + 1) +
+           ": nested too deeply (beyond yaml-cpp's recursion limit)";
   } catch (const YAML::Exception& e) {
     return origin + ": not valid YAML: " + e.what();
   }

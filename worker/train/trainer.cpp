@@ -8,8 +8,11 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <new>
+#include <optional>
 
 #include "worker/comm/device_mesh.h"
+#include "worker/model/cpu/gpt_cpu.h"
 #include "worker/model/gpt.h"
 #include "worker/parallel/data/bucket_reducer.h"
 #include "worker/parallel/data/zero.h"
@@ -21,6 +24,7 @@
 #include "worker/train/data_loader.h"
 #include "worker/train/gpu_replica.h"
 #include "worker/train/lr_schedule.h"
+#include "worker/train/memory.h"
 #include "worker/train/metrics.h"
 
 namespace tessera::train {
@@ -38,6 +42,39 @@ double ResidentBytes() {
   if (!(statm >> pages_total >> pages_resident))
     return 0;
   return static_cast<double>(pages_resident) * static_cast<double>(sysconf(_SC_PAGESIZE));
+}
+
+// Refuses a CPU configuration whose least memory on this rank — parameters, gradients, AdamW
+// state and one micro-batch's activations (a pipeline stage may hold several) — is more than
+// the machine or container has left, with the numbers: the first step would otherwise fail an
+// allocation or be killed by the kernel.
+Status CheckFitsInMemory(const TrainerConfig& config, const model::GptShard& shard,
+                         int data_ranks) {
+  const std::optional<int64_t> available = AvailableMemoryBytes();
+  if (!available)
+    return Status::Ok();  // no /proc/meminfo: nothing to compare with
+  int64_t n = 0;
+  for (const model::ShardTensor& t : model::GptShardTensors(config.model, shard))
+    n += t.local.size;
+  const int64_t owned = config.parallel.zero_stage == 1 ? n / data_ranks : n;
+  const int64_t state = 4 * n + 4 * n + 8 * owned;
+  const int micro = config.batch.global / (data_ranks * config.batch.micro_batches);
+  const int T = config.model.seq_len;
+  const int64_t activations =
+      model::cpu::GptActivations<float>::BytesFor(config.model, micro, T, shard);
+  const int64_t attention = static_cast<int64_t>(shard.end(config.model) - shard.first_layer) *
+                            micro * (config.model.heads / shard.tensor_size) * T * T * 4;
+  if (state + activations <= *available)
+    return Status::Ok();
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  return BadConfig(fmt::format(
+      "batch.global, model.seqLen: this rank needs at least {:.1f} GiB, {:.1f} GiB of activations "
+      "for a micro-batch of {} sequences of {} tokens (attention probabilities {:.1f} GiB) and "
+      "{:.1f} GiB of parameters, gradients and AdamW state, but {:.1f} GiB of memory is "
+      "available; lower batch.global or model.seqLen, or raise batch.microBatches",
+      static_cast<double>(state + activations) / kGiB, static_cast<double>(activations) / kGiB,
+      micro, T, static_cast<double>(attention) / kGiB, static_cast<double>(state) / kGiB,
+      static_cast<double>(*available) / kGiB));
 }
 
 std::string ShardName(int rank) {
@@ -200,15 +237,26 @@ Status Trainer::Create(const TrainerConfig& config, const RankContext& rank,
   if (rank.kernel_threads > 0)
     model::SetKernelThreads(rank.kernel_threads);
   const int T = config.model.seq_len;
+  // The shard: this stage's blocks, split over the tensor ranks.
+  const std::vector<parallel::StageLayers> stages =
+      parallel::PartitionStages(parallel::GptLayerCosts(config.model, T), shape.pipeline);
+  const parallel::StageLayers& stage = stages[at.pipeline];
+  const model::GptShard shard{.first_layer = stage.first,
+                              .end_layer = stage.end,
+                              .embedding = at.pipeline == 0,
+                              .head = at.pipeline == shape.pipeline - 1,
+                              .tensor_rank = at.tensor,
+                              .tensor_size = shape.tensor};
+  if (config.precision == Precision::kFp32) {
+    if (Status st = CheckFitsInMemory(config, shard, shape.data); !st.ok())
+      return st;
+  }
   if (Status st = TokenDataset::Load(config.data.path, config.data.tokenizer, config.model.vocab,
                                      config.data.validation_fraction, T, &impl->dataset);
       !st.ok()) {
     return st;
   }
   impl->loader = std::make_unique<DataLoader>(&impl->dataset, T, config.batch.global, config.seed);
-  // The shard: this stage's blocks, split over the tensor ranks.
-  const std::vector<parallel::StageLayers> stages =
-      parallel::PartitionStages(parallel::GptLayerCosts(config.model, T), shape.pipeline);
   const size_t bucket_bytes = static_cast<size_t>(config.parallel.bucket_mib * 1024 * 1024);
   size_t n = 0;     // this rank's parameters
   int device = -1;  // the CUDA device with precision bf16
@@ -228,13 +276,6 @@ Status Trainer::Create(const TrainerConfig& config, const RankContext& rank,
     n = static_cast<size_t>(impl->gpu->parameter_count());
     impl->owned = {0, static_cast<int64_t>(n)};
   } else {
-    const parallel::StageLayers& stage = stages[at.pipeline];
-    const model::GptShard shard{.first_layer = stage.first,
-                                .end_layer = stage.end,
-                                .embedding = at.pipeline == 0,
-                                .head = at.pipeline == shape.pipeline - 1,
-                                .tensor_rank = at.tensor,
-                                .tensor_size = shape.tensor};
     impl->model = std::make_unique<model::Gpt>(
         config.model, shard,
         impl->tensor_group ? parallel::MakeTensorSum(impl->tensor_group, &impl->tensor_stats)
@@ -742,6 +783,13 @@ Status Trainer::Run(const RunOptions& options, TrainResult* result) {
   } catch (const comm::CommError& e) {
     // The group is broken: no checkpoint can be agreed on; the newest complete one stands.
     return CommFailed(fmt::format("step {}: {}", impl_->step + 1, e.what()));
+  } catch (const std::bad_alloc&) {
+    // The kernel refused memory CheckFitsInMemory expected to be there (other processes took
+    // it); the newest checkpoint stands, and a gang restart may find the memory again.
+    return IoError(fmt::format(
+        "step {}: out of memory ({:.1f} GiB resident); lower batch.global or model.seqLen, raise "
+        "batch.microBatches, or give the rank more memory",
+        impl_->step + 1, ResidentBytes() / (1024.0 * 1024.0 * 1024.0)));
   } catch (const std::runtime_error& e) {
     if (!impl_->gpu)
       throw;

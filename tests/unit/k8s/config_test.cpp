@@ -122,6 +122,8 @@ TEST(K8sKubeconfigTest, MalformedInputsGiveOneLineErrors) {
   };
   const Case cases[] = {
       {"not yaml", "a: [1, 2", "not valid YAML"},
+      {"nested too deeply", std::string(100000, '[') + std::string(100000, ']'),
+       "not valid YAML: line 1: nested too deeply"},
       {"not a mapping", "- 1\n- 2\n", "expected a mapping"},
       {"no current context", "apiVersion: v1\nclusters: []\n", "current-context is not set"},
       {"empty server",

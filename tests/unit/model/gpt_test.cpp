@@ -171,6 +171,35 @@ TEST(ModelGptTest, WholeModelGradientCheckDouble) {
   RecordProperty("worst_relative_error", std::to_string(worst));
 }
 
+// The trainer checks a configuration's memory with BytesFor before allocating anything; it must
+// be what Allocate then holds, for every kind of shard.
+TEST(ModelGptTest, ActivationBytesForIsWhatAllocateHolds) {
+  const GptConfig c{4, 24, 6, 16, 37};
+  const GptShard shards[] = {
+      {},
+      {.first_layer = 0, .end_layer = 2, .embedding = true, .head = false},
+      {.first_layer = 2, .end_layer = 4, .embedding = false, .head = true},
+      {.first_layer = 1,
+       .end_layer = 3,
+       .embedding = false,
+       .head = false,
+       .tensor_rank = 1,
+       .tensor_size = 3},
+  };
+  for (const GptShard& shard : shards) {
+    for (const auto& [B, T] : {std::pair{1, 1}, {3, 16}, {2, 7}}) {
+      cpu::GptActivations<float> f;
+      f.Allocate(c, B, T, shard);
+      EXPECT_EQ(f.bytes(), cpu::GptActivations<float>::BytesFor(c, B, T, shard))
+          << "B " << B << " T " << T << " layers [" << shard.first_layer << ", " << shard.end(c)
+          << ") head " << shard.head << " tensor " << shard.tensor_size;
+      cpu::GptActivations<double> d;
+      d.Allocate(c, B, T, shard);
+      EXPECT_EQ(d.bytes(), cpu::GptActivations<double>::BytesFor(c, B, T, shard));
+    }
+  }
+}
+
 // The float model computes what the double one does, to float accuracy.
 TEST(ModelGptTest, FloatModelMatchesDouble) {
   const GptConfig c{2, 32, 4, 16, 64};

@@ -172,6 +172,24 @@ TEST_F(TrainerTest, MissingDatasetIsBadConfigNamingThePath) {
   EXPECT_NE(st.message().find(c.data.path), std::string::npos) << st.message();
 }
 
+// A million tokens a sequence: a micro-batch's attention probabilities alone are 64 TB, which
+// no machine has. Refused before anything is allocated, with the numbers, not as std::bad_alloc
+// (or the kernel's OOM killer) in the first step.
+TEST_F(TrainerTest, AConfigurationThatCannotFitInMemoryIsBadConfig) {
+  TrainerConfig c = Config();
+  c.model.seq_len = 1 << 20;
+  std::unique_ptr<Trainer> trainer;
+  const Status st = Trainer::Create(c, Rank(), &trainer);
+  EXPECT_EQ(st.exit_code(), 2);
+  EXPECT_EQ(st.message().rfind("batch.global, model.seqLen: this rank needs at least ", 0), 0u)
+      << st.message();
+  EXPECT_NE(st.message().find("for a micro-batch of 4 sequences of 1048576 tokens (attention "
+                              "probabilities 65536.0 GiB)"),
+            std::string::npos)
+      << st.message();
+  EXPECT_EQ(trainer, nullptr);
+}
+
 TEST_F(TrainerTest, RankOutsideTheWorldIsRefused) {
   std::unique_ptr<Trainer> trainer;
   const Status st = Trainer::Create(Config(), {.rank = 2, .world_size = 2}, &trainer);

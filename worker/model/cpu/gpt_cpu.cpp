@@ -120,6 +120,24 @@ int64_t GptActivations<F>::bytes() const {
 }
 
 template <typename F>
+int64_t GptActivations<F>::BytesFor(const GptConfig& config, int B, int T, const GptShard& shard) {
+  // Element counts as Allocate sizes them (a unit test keeps the two equal).
+  const int64_t N = static_cast<int64_t>(B) * T;
+  const int64_t C = config.d_model;
+  const int64_t Ct = C / shard.tensor_size;
+  const int64_t NHt = config.heads / shard.tensor_size;
+  const int64_t per_block = 4 * N * C     // ln1, residual2, ln2, residual3
+                            + 4 * N       // ln1 and ln2 mean and rstd
+                            + 4 * N * Ct  // qkv, atty
+                            + 8 * N * Ct  // fch, fch_gelu
+                            + static_cast<int64_t>(B) * NHt * T * T;       // att
+  const int64_t head = shard.head ? N * C + 4 * N + N * config.vocab : 0;  // lnf.., losses, lse
+  const int64_t scratch = 2 * N * C + 8 * N * Ct;  // dresidual, dln; datty, dqkv, dfch
+  const int64_t blocks = shard.end(config) - shard.first_layer;
+  return (N * C + blocks * per_block + head + scratch) * static_cast<int64_t>(sizeof(F));
+}
+
+template <typename F>
 const F* GptActivations<F>::output() const {
   return blocks.empty() ? encoded.data() : blocks.back().residual3.data();
 }

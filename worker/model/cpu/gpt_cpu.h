@@ -81,6 +81,9 @@ struct GptActivations {
   void Allocate(const GptConfig& config, int B, int T, const GptShard& shard = {});
   // Bytes held by all buffers.
   int64_t bytes() const;
+  // bytes() after Allocate(config, B, T, shard), computed without allocating (for checking a
+  // configuration against the memory a machine has before training starts).
+  static int64_t BytesFor(const GptConfig& config, int B, int T, const GptShard& shard = {});
   // The shard's output: the last block's residual3, or `encoded` when it has no block.
   const F* output() const;
 };
