@@ -7,9 +7,15 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <charconv>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
 #include <set>
+#include <sstream>
 #include <stdexcept>
 #include <string_view>
 
@@ -290,6 +296,33 @@ void PutStr(json& obj, const char* key, const std::string& v) {
 }
 
 }  // namespace
+
+FileText ReadJobFile(const std::string& path) {
+  FileText out;
+  std::stringstream text;
+  if (path == "-") {
+    text << std::cin.rdbuf();
+    out.text = text.str();
+    return out;
+  }
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    out.error = "is a directory; name a YAML file";
+    return out;
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    out.error = std::string("cannot read the file: ") + std::strerror(errno);
+    return out;
+  }
+  text << in.rdbuf();
+  if (in.bad()) {
+    out.error = std::string("cannot read the file: ") + std::strerror(errno);
+    return out;
+  }
+  out.text = text.str();
+  return out;
+}
 
 ParsedYaml ParseYaml(const std::string& text) {
   ParsedYaml out;

@@ -24,6 +24,16 @@ struct ParsedYaml {
 };
 ParsedYaml ParseYaml(const std::string& text);
 
+// The text of a job file, `path` or standard input for "-"; on failure `error` says why in a
+// few words ("cannot read the file: No such file or directory", "is a directory"), to follow
+// the path in a message.
+struct FileText {
+  std::string text;
+  std::string error;
+  bool ok() const { return error.empty(); }
+};
+FileText ReadJobFile(const std::string& path);
+
 struct DecodeResult {
   // Set when the document has the right shape (no wrong types, no unknown fields), even if it
   // has other errors; the job then carries the schema's defaults.

@@ -23,15 +23,13 @@ constexpr int kUnreadable = 2;
 int RunValidate(const std::vector<std::string>& files) {
   int rc = kAllValid;
   for (const auto& file : files) {
-    std::ifstream in(file, std::ios::binary);
-    if (!in) {
-      std::cerr << file << ": cannot read the file\n";
+    const tessera::api::FileText text = tessera::api::ReadJobFile(file);
+    if (!text.ok()) {
+      std::cerr << file << ": " << text.error << "\n";
       rc = kUnreadable;
       continue;
     }
-    std::stringstream text;
-    text << in.rdbuf();
-    const tessera::api::ParsedYaml parsed = tessera::api::ParseYaml(text.str());
+    const tessera::api::ParsedYaml parsed = tessera::api::ParseYaml(text.text);
     if (!parsed.ok()) {
       std::cerr << file << ": not valid YAML: " << parsed.error << "\n";
       rc = kUnreadable;
@@ -72,7 +70,7 @@ int main(int argc, char** argv) {
       "validate",
       "Check TrainingJob files offline with the rules the CRD enforces. Exit 0: all valid; 1: "
       "some invalid (one 'file: field: message' line each); 2: a file unreadable or not YAML");
-  validate->add_option("FILE", files, "TrainingJob YAML files")->required();
+  validate->add_option("FILE", files, "TrainingJob YAML files; - reads standard input")->required();
   validate->callback([&] { rc = RunValidate(files); });
 
   bool reference = false;

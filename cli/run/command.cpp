@@ -13,7 +13,7 @@ void AddRunCommand(CLI::App* app, int* rc) {
       "Run a TrainingJob on this machine: workers x procsPerWorker rank processes on 127.0.0.1, "
       "gang restarts from the newest checkpoint, progress, summary (docs/local-mode.md). Exit 0: "
       "succeeded; 1: failed; 2: invalid job; 3: permanent exit code; 130: interrupted");
-  run->add_option("FILE", options->file, "TrainingJob YAML")->required();
+  run->add_option("FILE", options->file, "TrainingJob YAML; - reads standard input")->required();
   run->add_option("--set", options->sets,
                   "Override a field before validation: path=value (YAML value), e.g. "
                   "spec.trainer.schedule.steps=50; repeatable");

@@ -796,12 +796,10 @@ int LocalRun::Run() {
 
 // Reads, overrides, validates and defaults the job; exit code on failure.
 int LoadJob(const RunOptions& options, api::TrainingJob* job) {
-  std::ifstream in(options.file, std::ios::binary);
-  if (!in)
-    return BadConfig(options.file + ": cannot read the file");
-  std::stringstream text;
-  text << in.rdbuf();
-  const api::ParsedYaml parsed = api::ParseYaml(text.str());
+  const api::FileText text = api::ReadJobFile(options.file);
+  if (!text.ok())
+    return BadConfig(options.file + ": " + text.error);
+  const api::ParsedYaml parsed = api::ParseYaml(text.text);
   if (!parsed.ok())
     return BadConfig(options.file + ": not valid YAML: " + parsed.error);
   if (parsed.documents.size() != 1) {

@@ -2,9 +2,7 @@
 
 #include <fmt/format.h>
 
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "api/codec.h"
 #include "api/validate.h"
@@ -129,12 +127,10 @@ Status TrainerConfigFromJob(const api::TrainingJob& job, TrainerConfig* out) {
 }
 
 Status LoadTrainerConfigOrJob(const std::string& path, TrainerConfig* out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return BadConfig(fmt::format("{}: cannot read the config file", path));
-  std::stringstream text;
-  text << in.rdbuf();
-  const api::ParsedYaml parsed = api::ParseYaml(text.str());
+  const api::FileText file = api::ReadJobFile(path);
+  if (!file.ok())
+    return BadConfig(fmt::format("{}: {}", path, file.error));
+  const api::ParsedYaml parsed = api::ParseYaml(file.text);
   if (!parsed.ok())
     return BadConfig(fmt::format("{}: not valid YAML: {}", path, parsed.error));
   if (parsed.documents.size() > 1) {
@@ -144,7 +140,7 @@ Status LoadTrainerConfigOrJob(const std::string& path, TrainerConfig* out) {
   const bool object = parsed.documents.size() == 1 && parsed.documents[0].is_object() &&
                       parsed.documents[0].contains("kind");
   if (!object)
-    return ParseTrainerConfigYaml(text.str(), path, out);
+    return ParseTrainerConfigYaml(file.text, path, out);
 
   const nlohmann::json& document = parsed.documents[0];
   if (const std::vector<api::FieldError> errors = api::ValidateDocument(document);

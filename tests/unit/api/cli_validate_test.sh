@@ -44,7 +44,17 @@ printf 'spec: [unclosed\n' >"$tmp/broken.yaml"
 expect_rc 2 "$tessera" validate "$tmp/bad.yaml" "$tmp/broken.yaml"
 grep -q "^$tmp/broken.yaml: not valid YAML: line " "$tmp/out" || fail "no syntax line: $(cat "$tmp/out")"
 expect_rc 2 "$tessera" validate "$tmp/missing.yaml"
-grep -q "^$tmp/missing.yaml: cannot read the file" "$tmp/out" || fail "no unreadable line"
+grep -qx "$tmp/missing.yaml: cannot read the file: No such file or directory" "$tmp/out" ||
+  fail "no unreadable line: $(cat "$tmp/out")"
+expect_rc 2 "$tessera" validate "$tmp"
+grep -qx "$tmp: is a directory; name a YAML file" "$tmp/out" || fail "no directory line: $(cat "$tmp/out")"
+
+# `-` reads standard input, as kubectl's -f - does.
+rc=0
+"$tessera" validate - <"$tmp/bad.yaml" >"$tmp/out" 2>&1 || rc=$?
+[ "$rc" = 1 ] || fail "validate - exited $rc: $(cat "$tmp/out")"
+grep -qx -- "-: spec.parallelism.tensor: tensor must divide spec.trainer.model.heads (3 does not divide 4)" "$tmp/out" ||
+  fail "no tensor line for stdin: $(cat "$tmp/out")"
 
 expect_rc 0 "$tessera" crd
 cmp -s "$tmp/out" "$src/manifests/crd/trainingjobs.tessera.dev.yaml" ||

@@ -234,7 +234,11 @@ TEST_F(LoadTrainerConfigOrJob, EachProblemIsOneLineNamingTheFileAndField) {
   train::TrainerConfig config;
   const train::Status missing = train::LoadTrainerConfigOrJob("missing/trainer.yaml", &config);
   EXPECT_EQ(missing.exit_code(), 2);
-  EXPECT_EQ(missing.message(), "missing/trainer.yaml: cannot read the config file");
+  EXPECT_EQ(missing.message(),
+            "missing/trainer.yaml: cannot read the file: No such file or directory");
+  const train::Status directory = train::LoadTrainerConfigOrJob(::testing::TempDir(), &config);
+  EXPECT_EQ(directory.exit_code(), 2);
+  EXPECT_EQ(directory.message(), ::testing::TempDir() + ": is a directory; name a YAML file");
 }
 
 }  // namespace
