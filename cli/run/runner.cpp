@@ -115,6 +115,37 @@ std::vector<std::string> WorkerCommand(const api::TrainingJob& job, nlohmann::js
   return {};
 }
 
+// Why `command` cannot be run as execvp would run it (a name without '/' is looked up in this
+// process's PATH); empty when it can.
+std::string WhyNotExecutable(const std::string& command) {
+  if (command.empty())
+    return "the command is empty";
+  if (command.find('/') != std::string::npos) {
+    if (::access(command.c_str(), X_OK) == 0 && !fs::is_directory(command))
+      return "";
+    return ::access(command.c_str(), F_OK) != 0 ? "no such file" : "not an executable file";
+  }
+  const char* path = std::getenv("PATH");
+  const std::string dirs = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
+  std::stringstream in(dirs);
+  for (std::string dir; std::getline(in, dir, ':');) {
+    const fs::path candidate = fs::path(dir.empty() ? "." : dir) / command;
+    if (::access(candidate.c_str(), X_OK) == 0 && !fs::is_directory(candidate))
+      return "";
+  }
+  return "not found in PATH (" + dirs + ")";
+}
+
+// The index of the worker container in spec.template.spec.containers (WorkerCommand found it).
+size_t WorkerContainerIndex(const api::TrainingJob& job) {
+  const nlohmann::json& containers = job.spec.pod_template["spec"]["containers"];
+  for (size_t i = 0; i < containers.size(); ++i) {
+    if (containers[i].is_object() && containers[i].value("name", "") == api::kWorkerContainerName)
+      return i;
+  }
+  return 0;
+}
+
 int UsableCores() {
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -857,7 +888,16 @@ int RunJob(const RunOptions& options) {
   std::string worker_binary;
   const fs::path run_dir = fs::absolute(
       options.workdir.empty() ? fs::path("runs") / job.metadata.name : fs::path(options.workdir));
-  if (byo.empty()) {
+  if (!byo.empty()) {
+    // Here the command runs on this machine, so a missing one is the job's mistake, said once,
+    // rather than exit code 127 from every rank and a gang restart after each.
+    if (const std::string why = WhyNotExecutable(byo.front()); !why.empty()) {
+      return BadConfig(fmt::format(
+          "{}: spec.template.spec.containers[{}].command[0]: {}: {}; give a path to an "
+          "executable, relative to the working directory ({}), or a name on PATH",
+          options.file, WorkerContainerIndex(job), byo.front(), why, fs::current_path().string()));
+    }
+  } else {
     if (!job.spec.trainer) {
       return BadConfig(options.file +
                        ": spec.trainer: missing, and the worker container has no command; give "

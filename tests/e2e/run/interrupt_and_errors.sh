@@ -79,6 +79,29 @@ grep -q "spec.trainer.precision: bf16 needs a GPU per rank: $((gpus + 1)) rank(s
   "$WORK/bf16.txt" || fail "the field and the GPU count are not named"
 [[ ! -e $WORK/bf16 ]] || fail "a refused job created its run directory"
 
+# A bring-your-own command that is not there is the job's mistake, said once before any rank
+# starts (not exit code 127 from every rank and a gang restart after each).
+cat >"$WORK/byo-missing.yaml" <<'YAML'
+apiVersion: tessera.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: byo-missing}
+spec:
+  workers: 2
+  template:
+    spec:
+      containers:
+      - {name: sidecar, image: x}
+      - {name: worker, image: x, command: [./no-such-trainer.sh, --epochs, "1"]}
+YAML
+rc=0
+"$TESSERA" run "$WORK/byo-missing.yaml" --workdir "$WORK/byo-missing" >"$WORK/byo.txt" 2>&1 || rc=$?
+cat "$WORK/byo.txt"
+[[ $rc == 2 ]] || fail "missing command: exit code $rc, want 2"
+[[ $(wc -l <"$WORK/byo.txt") == 1 ]] || fail "want one line"
+grep -q "spec.template.spec.containers\[1\].command\[0\]: ./no-such-trainer.sh: no such file" \
+  "$WORK/byo.txt" || fail "the field and the command are not named"
+[[ ! -e $WORK/byo-missing ]] || fail "a refused job created its run directory"
+
 rc=0
 "$TESSERA" run "$WORK/does-not-exist.yaml" >"$WORK/missing.txt" 2>&1 || rc=$?
 [[ $rc == 2 ]] && grep -q "does-not-exist.yaml: cannot read" "$WORK/missing.txt" ||
