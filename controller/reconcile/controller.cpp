@@ -260,6 +260,7 @@ void Controller::Forget(const std::string& key) {
   std::lock_guard<std::mutex> lock(mu_);
   written_.erase(key);
   slices_.erase(key);
+  failing_creates_.erase(key);
   if (phases_.erase(key) && metrics_) {
     std::map<std::string, int64_t> counts;
     for (const auto& [k, phase] : phases_)
@@ -321,6 +322,20 @@ void Controller::Worker() {
       metrics_->SetWorkqueueDepth(static_cast<double>(queue_.Len()));
     }
   }
+}
+
+void Controller::NoteCreateOutcome(const std::string& key, const Json& job,
+                                   const std::optional<std::string>& error) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!error) {
+      failing_creates_.erase(key);
+      return;
+    }
+    if (!failing_creates_.insert(key).second)
+      return;  // recorded when this run of failures began
+  }
+  events_.Record(job, "Warning", "FailedCreate", *error + "; retrying with back-off");
 }
 
 std::optional<std::string> Controller::EnsureCreated(const k8s::ResourceRef& ref,
@@ -580,16 +595,13 @@ ReconcileOutcome Controller::Reconcile(const std::string& key) {
       // create: creating them is cheap and an existing one counts, so the controller needs
       // neither to read nor watch them.
       err = PrepareAttempt(view.job, create->attempt);
-
-      if (err) {
-        out.result = ReconcileOutcome::Result::kError;
-        out.error = *err;
-        return out;
+      if (!err) {
+        std::vector<Json> desired;
+        for (int64_t index : create->indices)
+          desired.push_back(DesiredPod(view.job, index, create->attempt));
+        err = CreatePods(key, object, desired);
       }
-      std::vector<Json> desired;
-      for (int64_t index : create->indices)
-        desired.push_back(DesiredPod(view.job, index, create->attempt));
-      err = CreatePods(key, object, desired);
+      NoteCreateOutcome(key, object, err);
       if (!err)
         spdlog::info("{}: {}", key, lifecycle::Describe(action));
     } else if (std::holds_alternative<lifecycle::DeleteJob>(action)) {

@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -125,6 +126,11 @@ class Controller {
   std::optional<std::string> SyncEndpointSlice(const std::string& key, const api::TrainingJob& job,
                                                const std::vector<const nlohmann::json*>& pods);
   void UpdatePhaseCounts(const std::string& key, const std::string& phase);
+  // After creating an attempt's objects: a failure (a quota, an admission webhook, a template
+  // the apiserver refuses) is recorded as one Warning event FailedCreate with the apiserver's
+  // answer, not again until a create has succeeded; the retries are in the log.
+  void NoteCreateOutcome(const std::string& key, const nlohmann::json& job,
+                         const std::optional<std::string>& error);
 
   k8s::RestClient& client_;
   EventSink& events_;
@@ -139,12 +145,13 @@ class Controller {
   Expectations expectations_;
   k8s::Discovery discovery_;
 
-  std::mutex mu_;  // guards written_, slices_ and phases_
+  std::mutex mu_;  // guards written_, slices_, phases_ and failing_creates_
   std::map<std::string, Written> written_;
   // key -> the job's EndpointSlice as last written (uid, address type, endpoints): an
   // unchanged one is not sent again.
   std::map<std::string, std::string> slices_;
   std::map<std::string, std::string> phases_;  // key -> phase, for tessera_jobs{phase}
+  std::set<std::string> failing_creates_;      // keys whose FailedCreate event is recorded
 
   std::mutex lifecycle_mu_;  // guards workers_ and the decision to set stopped_
   std::atomic<bool> stopped_{false};

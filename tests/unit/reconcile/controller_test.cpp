@@ -246,6 +246,33 @@ TEST_F(ControllerTest, EndpointSliceWrittenBeforeARestartIsReplaced) {
       << "slice hostnames: " << ::testing::PrintToString(hostnames());
 }
 
+// Creates refused by the apiserver (here 403, as for an exhausted ResourceQuota) are retried,
+// and said once as a Warning event, not on every retry; once they succeed the next run of
+// failures is said again.
+TEST_F(ControllerTest, RefusedCreatesAreOneWarningEventUntilTheyWork) {
+  Create(TrainingJobs("ml"), JobObject("gpt", 2));
+  ASSERT_TRUE(WaitUntil([&] { return controller_->CachedJob("ml/gpt") != nullptr; }));
+  auto failed_creates = [&] {
+    const auto reasons = events_.Reasons();
+    return std::count(reasons.begin(), reasons.end(), "Warning/FailedCreate");
+  };
+  server_.FailNext("POST", 6, 403);
+  for (int i = 0; i < 3; ++i) {
+    const ReconcileOutcome out = controller_->Reconcile("ml/gpt");
+    EXPECT_EQ(out.result, ReconcileOutcome::Result::kError);
+    EXPECT_NE(out.error.find("403"), std::string::npos) << out.error;
+  }
+  EXPECT_EQ(failed_creates(), 1);
+  EXPECT_TRUE(Pods().empty());
+  ASSERT_TRUE(ReconcileUntil("ml/gpt", [&] { return Pods().size() == 2; }));
+  EXPECT_EQ(failed_creates(), 1);
+
+  // The gang fails and its next attempt's creates are refused: a new warning.
+  SetPodPhase("gpt-worker-0", "Failed", 1);
+  server_.FailNext("POST", 2, 403);
+  ASSERT_TRUE(ReconcileUntil("ml/gpt", [&] { return failed_creates() == 2; }));
+}
+
 TEST_F(ControllerTest, FailedWorkerRestartsTheWholeGangThenBackoffLimitFails) {
   Create(TrainingJobs("ml"), JobObject("gpt", 2));
   ASSERT_TRUE(ReconcileUntil("ml/gpt", [&] { return Phase("gpt") == "Starting"; }));
