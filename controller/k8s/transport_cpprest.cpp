@@ -102,6 +102,16 @@ std::vector<OpenSslPtr<X509>> ReadCertificates(const std::string& pem, std::stri
   return out;
 }
 
+// OpenSSL fills a certificate's cache of decoded extensions (key identifiers, basic
+// constraints, purposes) the first time a verification or a handshake looks at them. The
+// certificates decoded here are shared by every connection's SSL context, so that first fill
+// would race between connections set up at once (ThreadSanitizer reported it inside libcrypto:
+// ASN1_STRING_set on a shared certificate against ASN1_STRING_cmp on another thread). Filling
+// it here, before any connection shares the certificate, leaves the connections only reading.
+void CacheExtensions(X509* cert) {
+  (void)X509_check_purpose(cert, -1, 0);  // -1: no purpose checked, only the cache filled
+}
+
 // Decodes the PEM material; an error line naming the field instead of throwing.
 Result<std::shared_ptr<const TlsMaterial>, std::string> DecodeTls(const ClientConfig& config) {
   auto m = std::make_shared<TlsMaterial>();
@@ -111,13 +121,17 @@ Result<std::shared_ptr<const TlsMaterial>, std::string> DecodeTls(const ClientCo
     if (cas.empty())
       return "certificate-authority: not a PEM certificate (" + error + ")";
     m->store.reset(X509_STORE_new());
-    for (auto& ca : cas)
+    for (auto& ca : cas) {
+      CacheExtensions(ca.get());
       X509_STORE_add_cert(m->store.get(), ca.get());  // takes its own reference
+    }
   }
   if (!config.client_cert_pem.empty()) {
     auto certs = ReadCertificates(config.client_cert_pem, error);
     if (certs.empty())
       return "client-certificate: not a PEM certificate (" + error + ")";
+    for (auto& c : certs)
+      CacheExtensions(c.get());
     m->cert = std::move(certs.front());
     std::move(certs.begin() + 1, certs.end(), std::back_inserter(m->chain));
     OpenSslPtr<BIO> bio(BIO_new_mem_buf(config.client_key_pem.data(),
@@ -297,6 +311,10 @@ Result<std::unique_ptr<HttpTransport>, std::string> NewCpprestTransport(
   auto tls = DecodeTls(config);
   if (!tls.ok())
     return tls.error();
+  // cpprestsdk creates its task scheduler lazily, on the first request; created here, before
+  // the informers' threads send their first requests at once, no thread sees it half made
+  // (ThreadSanitizer reported that first use racing between two reflectors).
+  (void)pplx::get_ambient_scheduler();
   if (config.server.rfind("https://", 0) == 0)
     SkipSystemCaBundle(config);
   try {
