@@ -882,6 +882,16 @@ int RunJob(const RunOptions& options) {
                      "(--set spec.suspend=false)");
   }
 
+  if (!options.summary_json.empty()) {
+    // Checked now, not after the training it would summarise.
+    const fs::path parent = fs::absolute(options.summary_json).parent_path();
+    std::error_code ec;
+    if (!fs::is_directory(parent, ec) || ::access(parent.c_str(), W_OK) != 0) {
+      return BadConfig("--summary-json " + options.summary_json + ": the directory " +
+                       parent.string() + " does not exist or is not writable");
+    }
+  }
+
   nlohmann::json container = nlohmann::json::object();
   const std::vector<std::string> byo = WorkerCommand(job, &container);
   std::optional<train::TrainerConfig> trainer;

@@ -102,6 +102,16 @@ grep -q "spec.template.spec.containers\[1\].command\[0\]: ./no-such-trainer.sh: 
   "$WORK/byo.txt" || fail "the field and the command are not named"
 [[ ! -e $WORK/byo-missing ]] || fail "a refused job created its run directory"
 
+# A summary that could not be written is said before training, not after it.
+rc=0
+"$TESSERA" run "$TINY" --summary-json "$WORK/no-such-dir/summary.json" --workdir "$WORK/summary" \
+  >"$WORK/summary.txt" 2>&1 || rc=$?
+cat "$WORK/summary.txt"
+[[ $rc == 2 ]] || fail "unwritable summary: exit code $rc, want 2"
+grep -q "^tessera run: --summary-json $WORK/no-such-dir/summary.json: the directory $WORK/no-such-dir does not exist" \
+  "$WORK/summary.txt" || fail "the option and directory are not named"
+[[ ! -e $WORK/summary ]] || fail "a refused job created its run directory"
+
 rc=0
 "$TESSERA" run "$WORK/does-not-exist.yaml" >"$WORK/missing.txt" 2>&1 || rc=$?
 [[ $rc == 2 ]] && grep -q "does-not-exist.yaml: cannot read" "$WORK/missing.txt" ||
