@@ -90,29 +90,38 @@ bool WriteFileAtomically(const fs::path& path, const std::string& text) {
   return !ec;
 }
 
-// The worker container's command and args (bring your own trainer), or empty.
-std::vector<std::string> WorkerCommand(const api::TrainingJob& job, nlohmann::json* container) {
+// Where the container named `worker` is in spec.template.spec.containers; nullopt without one.
+std::optional<size_t> WorkerContainerIndex(const api::TrainingJob& job) {
   const nlohmann::json& tmpl = job.spec.pod_template;
   if (!tmpl.is_object() || !tmpl.contains("spec") || !tmpl["spec"].is_object() ||
       !tmpl["spec"].contains("containers") || !tmpl["spec"]["containers"].is_array()) {
+    return std::nullopt;
+  }
+  const nlohmann::json& containers = tmpl["spec"]["containers"];
+  for (size_t i = 0; i < containers.size(); ++i) {
+    if (containers[i].is_object() && containers[i].value("name", "") == api::kWorkerContainerName)
+      return i;
+  }
+  return std::nullopt;
+}
+
+// The worker container's command and args (bring your own trainer), or empty.
+std::vector<std::string> WorkerCommand(const api::TrainingJob& job, nlohmann::json* container) {
+  const std::optional<size_t> index = WorkerContainerIndex(job);
+  if (!index)
     return {};
-  }
-  for (const nlohmann::json& c : tmpl["spec"]["containers"]) {
-    if (!c.is_object() || c.value("name", "") != api::kWorkerContainerName)
-      continue;
-    *container = c;
-    std::vector<std::string> argv;
-    for (const char* key : {"command", "args"}) {
-      if (c.contains(key) && c[key].is_array()) {
-        for (const nlohmann::json& part : c[key])
-          argv.push_back(part.is_string() ? part.get<std::string>() : part.dump());
-      }
+  const nlohmann::json& c = job.spec.pod_template["spec"]["containers"][*index];
+  *container = c;
+  std::vector<std::string> argv;
+  for (const char* key : {"command", "args"}) {
+    if (c.contains(key) && c[key].is_array()) {
+      for (const nlohmann::json& part : c[key])
+        argv.push_back(part.is_string() ? part.get<std::string>() : part.dump());
     }
-    if (!c.contains("command") || !c["command"].is_array() || c["command"].empty())
-      return {};
-    return argv;
   }
-  return {};
+  if (!c.contains("command") || !c["command"].is_array() || c["command"].empty())
+    return {};
+  return argv;
 }
 
 // Why `command` cannot be run as execvp would run it (a name without '/' is looked up in this
@@ -134,16 +143,6 @@ std::string WhyNotExecutable(const std::string& command) {
       return "";
   }
   return "not found in PATH (" + dirs + ")";
-}
-
-// The index of the worker container in spec.template.spec.containers (WorkerCommand found it).
-size_t WorkerContainerIndex(const api::TrainingJob& job) {
-  const nlohmann::json& containers = job.spec.pod_template["spec"]["containers"];
-  for (size_t i = 0; i < containers.size(); ++i) {
-    if (containers[i].is_object() && containers[i].value("name", "") == api::kWorkerContainerName)
-      return i;
-  }
-  return 0;
 }
 
 int UsableCores() {
@@ -905,7 +904,7 @@ int RunJob(const RunOptions& options) {
       return BadConfig(fmt::format(
           "{}: spec.template.spec.containers[{}].command[0]: {}: {}; give a path to an "
           "executable, relative to the working directory ({}), or a name on PATH",
-          options.file, WorkerContainerIndex(job), byo.front(), why, fs::current_path().string()));
+          options.file, *WorkerContainerIndex(job), byo.front(), why, fs::current_path().string()));
     }
   } else {
     if (!job.spec.trainer) {

@@ -48,8 +48,8 @@ double ResidentBytes() {
 // state and one micro-batch's activations (a pipeline stage may hold several) — is more than
 // the machine or container has left, with the numbers: the first step would otherwise fail an
 // allocation or be killed by the kernel.
-Status CheckFitsInMemory(const TrainerConfig& config, const model::GptShard& shard,
-                         int data_ranks) {
+Status CheckFitsInMemory(const TrainerConfig& config, const model::GptShard& shard, int data_ranks,
+                         int micro) {
   const std::optional<int64_t> available = AvailableMemoryBytes();
   if (!available)
     return Status::Ok();  // no /proc/meminfo: nothing to compare with
@@ -58,12 +58,10 @@ Status CheckFitsInMemory(const TrainerConfig& config, const model::GptShard& sha
     n += t.local.size;
   const int64_t owned = config.parallel.zero_stage == 1 ? n / data_ranks : n;
   const int64_t state = 4 * n + 4 * n + 8 * owned;
-  const int micro = config.batch.global / (data_ranks * config.batch.micro_batches);
   const int T = config.model.seq_len;
-  const int64_t activations =
-      model::cpu::GptActivations<float>::BytesFor(config.model, micro, T, shard);
-  const int64_t attention = static_cast<int64_t>(shard.end(config.model) - shard.first_layer) *
-                            micro * (config.model.heads / shard.tensor_size) * T * T * 4;
+  using Activations = model::cpu::GptActivations<float>;
+  const int64_t activations = Activations::BytesFor(config.model, micro, T, shard);
+  const int64_t attention = Activations::AttentionBytesFor(config.model, micro, T, shard);
   if (state + activations <= *available)
     return Status::Ok();
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
@@ -237,6 +235,7 @@ Status Trainer::Create(const TrainerConfig& config, const RankContext& rank,
   if (rank.kernel_threads > 0)
     model::SetKernelThreads(rank.kernel_threads);
   const int T = config.model.seq_len;
+  const int micro_batch = config.batch.global / (shape.data * config.batch.micro_batches);
   // The shard: this stage's blocks, split over the tensor ranks.
   const std::vector<parallel::StageLayers> stages =
       parallel::PartitionStages(parallel::GptLayerCosts(config.model, T), shape.pipeline);
@@ -248,7 +247,7 @@ Status Trainer::Create(const TrainerConfig& config, const RankContext& rank,
                               .tensor_rank = at.tensor,
                               .tensor_size = shape.tensor};
   if (config.precision == Precision::kFp32) {
-    if (Status st = CheckFitsInMemory(config, shard, shape.data); !st.ok())
+    if (Status st = CheckFitsInMemory(config, shard, shape.data, micro_batch); !st.ok())
       return st;
   }
   if (Status st = TokenDataset::Load(config.data.path, config.data.tokenizer, config.model.vocab,
@@ -318,7 +317,7 @@ Status Trainer::Create(const TrainerConfig& config, const RankContext& rank,
                     .total_steps = config.schedule.steps,
                     .decay = config.schedule.decay,
                     .min_ratio = config.schedule.min_lr_ratio};
-  impl->micro_batch = config.batch.global / (shape.data * config.batch.micro_batches);
+  impl->micro_batch = micro_batch;
   // Matrix-multiply FLOPs per trained token of the whole model, forward and backward: 6 per
   // weight used in a product (every parameter but the position embedding; the tied LM head
   // counts once, as it is one product) plus attention scores and mixing,

@@ -193,6 +193,11 @@ TEST(ModelGptTest, ActivationBytesForIsWhatAllocateHolds) {
       EXPECT_EQ(f.bytes(), cpu::GptActivations<float>::BytesFor(c, B, T, shard))
           << "B " << B << " T " << T << " layers [" << shard.first_layer << ", " << shard.end(c)
           << ") head " << shard.head << " tensor " << shard.tensor_size;
+      size_t att = 0;
+      for (const auto& block : f.blocks)
+        att += block.att.size() * sizeof(float);
+      EXPECT_EQ(static_cast<int64_t>(att),
+                cpu::GptActivations<float>::AttentionBytesFor(c, B, T, shard));
       cpu::GptActivations<double> d;
       d.Allocate(c, B, T, shard);
       EXPECT_EQ(d.bytes(), cpu::GptActivations<double>::BytesFor(c, B, T, shard));

@@ -125,16 +125,23 @@ int64_t GptActivations<F>::BytesFor(const GptConfig& config, int B, int T, const
   const int64_t N = static_cast<int64_t>(B) * T;
   const int64_t C = config.d_model;
   const int64_t Ct = C / shard.tensor_size;
-  const int64_t NHt = config.heads / shard.tensor_size;
-  const int64_t per_block = 4 * N * C     // ln1, residual2, ln2, residual3
-                            + 4 * N       // ln1 and ln2 mean and rstd
-                            + 4 * N * Ct  // qkv, atty
-                            + 8 * N * Ct  // fch, fch_gelu
-                            + static_cast<int64_t>(B) * NHt * T * T;       // att
+  const int64_t per_block = 4 * N * C      // ln1, residual2, ln2, residual3
+                            + 4 * N        // ln1 and ln2 mean and rstd
+                            + 4 * N * Ct   // qkv, atty
+                            + 8 * N * Ct;  // fch, fch_gelu
   const int64_t head = shard.head ? N * C + 4 * N + N * config.vocab : 0;  // lnf.., losses, lse
   const int64_t scratch = 2 * N * C + 8 * N * Ct;  // dresidual, dln; datty, dqkv, dfch
   const int64_t blocks = shard.end(config) - shard.first_layer;
-  return (N * C + blocks * per_block + head + scratch) * static_cast<int64_t>(sizeof(F));
+  return (N * C + blocks * per_block + head + scratch) * static_cast<int64_t>(sizeof(F)) +
+         AttentionBytesFor(config, B, T, shard);
+}
+
+template <typename F>
+int64_t GptActivations<F>::AttentionBytesFor(const GptConfig& config, int B, int T,
+                                             const GptShard& shard) {
+  const int64_t blocks = shard.end(config) - shard.first_layer;
+  const int64_t NHt = config.heads / shard.tensor_size;
+  return blocks * B * NHt * T * T * static_cast<int64_t>(sizeof(F));  // att
 }
 
 template <typename F>

@@ -84,6 +84,10 @@ struct GptActivations {
   // bytes() after Allocate(config, B, T, shard), computed without allocating (for checking a
   // configuration against the memory a machine has before training starts).
   static int64_t BytesFor(const GptConfig& config, int B, int T, const GptShard& shard = {});
+  // The part of BytesFor in the blocks' attention probabilities, (B, heads, T, T) a block: the
+  // term that grows with T^2.
+  static int64_t AttentionBytesFor(const GptConfig& config, int B, int T,
+                                   const GptShard& shard = {});
   // The shard's output: the last block's residual3, or `encoded` when it has no block.
   const F* output() const;
 };
