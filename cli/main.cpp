@@ -1,4 +1,4 @@
-// `tessera`: the command-line tool. Subcommands: version, validate, crd.
+// `tessera`: the command-line tool. Subcommands: version, validate, crd, run, plan.
 #include <CLI/CLI.hpp>
 
 #include <fstream>
@@ -9,6 +9,7 @@
 #include "api/crd.h"
 #include "api/validate.h"
 #include "api/version.h"
+#include "cli/plan/plan.h"
 #include "cli/run/command.h"
 
 namespace {
@@ -82,6 +83,7 @@ int main(int argc, char** argv) {
   });
 
   tessera::cli::AddRunCommand(&app, &rc);
+  tessera::cli::AddPlanCommand(&app, &rc);
 
   CLI11_PARSE(app, argc, argv);
   return rc;

@@ -26,16 +26,17 @@
 #include "api/codec.h"
 #include "api/contract.h"
 #include "api/rules.h"
-#include "api/validate.h"
+#include "cli/run/job_file.h"
 #include "cli/run/process.h"
 #include "cli/run/progress.h"
 #include "cli/run/sample.h"
-#include "cli/run/set_override.h"
 #include "lifecycle/decide.h"
 #include "lifecycle/from_api.h"
 #include "lifecycle/reasons.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/from_api.h"
+#include "worker/train/memory.h"
+#include "worker/train/plan.h"
 
 namespace tessera::cli {
 namespace {
@@ -88,40 +89,6 @@ bool WriteFileAtomically(const fs::path& path, const std::string& text) {
   std::error_code ec;
   fs::rename(tmp, path, ec);
   return !ec;
-}
-
-// Where the container named `worker` is in spec.template.spec.containers; nullopt without one.
-std::optional<size_t> WorkerContainerIndex(const api::TrainingJob& job) {
-  const nlohmann::json& tmpl = job.spec.pod_template;
-  if (!tmpl.is_object() || !tmpl.contains("spec") || !tmpl["spec"].is_object() ||
-      !tmpl["spec"].contains("containers") || !tmpl["spec"]["containers"].is_array()) {
-    return std::nullopt;
-  }
-  const nlohmann::json& containers = tmpl["spec"]["containers"];
-  for (size_t i = 0; i < containers.size(); ++i) {
-    if (containers[i].is_object() && containers[i].value("name", "") == api::kWorkerContainerName)
-      return i;
-  }
-  return std::nullopt;
-}
-
-// The worker container's command and args (bring your own trainer), or empty.
-std::vector<std::string> WorkerCommand(const api::TrainingJob& job, nlohmann::json* container) {
-  const std::optional<size_t> index = WorkerContainerIndex(job);
-  if (!index)
-    return {};
-  const nlohmann::json& c = job.spec.pod_template["spec"]["containers"][*index];
-  *container = c;
-  std::vector<std::string> argv;
-  for (const char* key : {"command", "args"}) {
-    if (c.contains(key) && c[key].is_array()) {
-      for (const nlohmann::json& part : c[key])
-        argv.push_back(part.is_string() ? part.get<std::string>() : part.dump());
-    }
-  }
-  if (!c.contains("command") || !c["command"].is_array() || c["command"].empty())
-    return {};
-  return argv;
 }
 
 // Why `command` cannot be run as execvp would run it (a name without '/' is looked up in this
@@ -825,40 +792,6 @@ int LocalRun::Run() {
 }
 
 // Reads, overrides, validates and defaults the job; exit code on failure.
-int LoadJob(const RunOptions& options, api::TrainingJob* job) {
-  const api::FileText text = api::ReadJobFile(options.file);
-  if (!text.ok())
-    return BadConfig(options.file + ": " + text.error);
-  const api::ParsedYaml parsed = api::ParseYaml(text.text);
-  if (!parsed.ok())
-    return BadConfig(options.file + ": not valid YAML: " + parsed.error);
-  if (parsed.documents.size() != 1) {
-    return BadConfig(
-        fmt::format("{}: holds {} documents; tessera run takes exactly one TrainingJob",
-                    options.file, parsed.documents.size()));
-  }
-  nlohmann::json document = parsed.documents.front();
-  for (const std::string& assignment : options.sets) {
-    if (const std::string error = ApplySetOverride(assignment, &document); !error.empty())
-      return BadConfig(error);
-  }
-  const std::vector<api::FieldError> errors = api::ValidateDocument(document);
-  if (!errors.empty()) {
-    // The lines `tessera validate` prints, on stderr.
-    for (const api::FieldError& e : errors) {
-      std::cerr << options.file << ": " << (e.path.empty() ? "(document)" : e.path) << ": "
-                << e.message << "\n";
-    }
-    return kRunBadConfig;
-  }
-  api::DecodeResult decoded = api::DecodeJson(document);
-  if (!decoded.job)
-    return BadConfig(options.file + ": not a TrainingJob");
-  *job = std::move(*decoded.job);
-  api::ApplyDefaults(*job);
-  return kRunSucceeded;
-}
-
 std::string DefaultWorkerBinary() {
   if (const char* env = std::getenv("TESSERA_WORKER_BINARY"); env != nullptr && *env != '\0')
     return env;
@@ -873,8 +806,8 @@ std::string DefaultWorkerBinary() {
 
 int RunJob(const RunOptions& options) {
   api::TrainingJob job;
-  if (const int rc = LoadJob(options, &job); rc != kRunSucceeded)
-    return rc;
+  if (!LoadJobFile("tessera run", options.file, options.sets, &job))
+    return kRunBadConfig;
   if (job.spec.suspend) {
     return BadConfig(options.file +
                      ": spec.suspend is true, so there is nothing to run; set it to false "
@@ -934,6 +867,25 @@ int RunJob(const RunOptions& options) {
             static_cast<int>(job.spec.parallelism.tensor));
         !st.ok())
       return BadConfig(options.file + ": " + st.message());
+    // Every rank runs here: together they must fit in this machine's memory (each rank checks
+    // only its own share, and all of them start at once).
+    if (config.precision == train::Precision::kFp32) {
+      train::TrainingPlan plan;
+      const std::optional<int64_t> available = train::AvailableMemoryBytes();
+      if (train::PlanTraining(config, static_cast<int>(world),
+                              static_cast<int>(job.spec.parallelism.pipeline),
+                              static_cast<int>(job.spec.parallelism.tensor), &plan)
+              .ok() &&
+          available && plan.all_ranks_bytes() > *available) {
+        return BadConfig(fmt::format(
+            "{}: spec.trainer.batch.global, spec.trainer.model.seqLen: the {} ranks need {} "
+            "together (the largest {}), and this machine has {} available; lower batch.global "
+            "or model.seqLen, raise parallelism.microBatches, or run fewer ranks (tessera plan "
+            "shows every rank's figures)",
+            options.file, world, train::FormatBytes(plan.all_ranks_bytes()),
+            train::FormatBytes(plan.largest_rank_bytes()), train::FormatBytes(*available)));
+      }
+    }
     // bf16 is the GPU model, with NCCL between ranks: one GPU each.
     if (config.precision == train::Precision::kBf16 && !GpusChosenByUser() &&
         LocalGpuCount() < world) {

@@ -46,7 +46,8 @@ class TrainMetrics {
   // After resuming from a checkpoint: step, loss and validation loss as it recorded them.
   void RecordResume(int64_t step, double loss, std::optional<double> val_loss);
   void RecordCheckpoint(double seconds);
-  // tessera_memory_bytes{kind}: kind is parameters, gradients, optimizer or resident.
+  // tessera_memory_bytes{kind}: kind is parameters, gradients, optimizer, activations or
+  // resident.
   void SetMemoryBytes(const std::string& kind, double bytes);
   // tessera_comm_seconds_total{op,dim} and tessera_comm_bytes_total{op,dim}: `seconds` is the
   // time the step waited for the operation (what overlap did not hide), `bytes` what this

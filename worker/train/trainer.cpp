@@ -16,7 +16,6 @@
 #include "worker/model/gpt.h"
 #include "worker/parallel/data/bucket_reducer.h"
 #include "worker/parallel/data/zero.h"
-#include "worker/parallel/pipeline/partition.h"
 #include "worker/parallel/pipeline/runner.h"
 #include "worker/parallel/tensor/tensor_parallel.h"
 #include "worker/train/adamw.h"
@@ -26,6 +25,7 @@
 #include "worker/train/lr_schedule.h"
 #include "worker/train/memory.h"
 #include "worker/train/metrics.h"
+#include "worker/train/plan.h"
 
 namespace tessera::train {
 namespace {
@@ -44,35 +44,26 @@ double ResidentBytes() {
   return static_cast<double>(pages_resident) * static_cast<double>(sysconf(_SC_PAGESIZE));
 }
 
-// Refuses a CPU configuration whose least memory on this rank — parameters, gradients, AdamW
-// state and one micro-batch's activations (a pipeline stage may hold several) — is more than
-// the machine or container has left, with the numbers: the first step would otherwise fail an
-// allocation or be killed by the kernel.
-Status CheckFitsInMemory(const TrainerConfig& config, const model::GptShard& shard, int data_ranks,
-                         int micro) {
+// Refuses a CPU configuration whose memory on this rank — parameters, gradients, AdamW state
+// and the activations of the micro-batches its stage keeps alive at once (TrainingPlan) — is
+// more than the machine or container has left, with the numbers: the first step would
+// otherwise fail an allocation or be killed by the kernel.
+Status CheckFitsInMemory(const StagePlan& stage, int micro, int T) {
   const std::optional<int64_t> available = AvailableMemoryBytes();
   if (!available)
     return Status::Ok();  // no /proc/meminfo: nothing to compare with
-  int64_t n = 0;
-  for (const model::ShardTensor& t : model::GptShardTensors(config.model, shard))
-    n += t.local.size;
-  const int64_t owned = config.parallel.zero_stage == 1 ? n / data_ranks : n;
-  const int64_t state = 4 * n + 4 * n + 8 * owned;
-  const int T = config.model.seq_len;
-  using Activations = model::cpu::GptActivations<float>;
-  const int64_t activations = Activations::BytesFor(config.model, micro, T, shard);
-  const int64_t attention = Activations::AttentionBytesFor(config.model, micro, T, shard);
-  if (state + activations <= *available)
+  const RankMemory& m = stage.memory;
+  if (m.total() <= *available)
     return Status::Ok();
-  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  const int64_t state = m.parameters + m.gradients + m.optimizer;
   return BadConfig(fmt::format(
-      "batch.global, model.seqLen: this rank needs at least {:.1f} GiB, {:.1f} GiB of activations "
-      "for a micro-batch of {} sequences of {} tokens (attention probabilities {:.1f} GiB) and "
-      "{:.1f} GiB of parameters, gradients and AdamW state, but {:.1f} GiB of memory is "
-      "available; lower batch.global or model.seqLen, or raise batch.microBatches",
-      static_cast<double>(state + activations) / kGiB, static_cast<double>(activations) / kGiB,
-      micro, T, static_cast<double>(attention) / kGiB, static_cast<double>(state) / kGiB,
-      static_cast<double>(*available) / kGiB));
+      "batch.global, model.seqLen: this rank needs at least {}: {} of activations for "
+      "micro-batches of {} sequences of {} tokens, {} alive at once (attention probabilities "
+      "{}), and {} of parameters, gradients and AdamW state, but {} of memory is available; "
+      "lower batch.global or model.seqLen, or raise batch.microBatches (tessera plan shows "
+      "every rank's figures)",
+      FormatBytes(m.total()), FormatBytes(m.activations), micro, T, stage.in_flight,
+      FormatBytes(m.attention), FormatBytes(state), FormatBytes(*available)));
 }
 
 std::string ShardName(int rank) {
@@ -188,7 +179,9 @@ Status Trainer::Create(const TrainerConfig& config, const RankContext& rank,
   const std::optional<comm::MeshShape> parsed = comm::MeshShape::Parse(rank.mesh, &mesh_error);
   if (!parsed)
     return BadConfig(fmt::format("TESSERA_MESH={}: {}", rank.mesh, mesh_error));
-  if (Status st = ValidateTrainerConfig(config, rank.world_size, parsed->pipeline, parsed->tensor);
+  // What each rank of this mesh holds; refuses what ValidateTrainerConfig refuses.
+  TrainingPlan plan;
+  if (Status st = PlanTraining(config, rank.world_size, parsed->pipeline, parsed->tensor, &plan);
       !st.ok()) {
     return st;
   }
@@ -235,19 +228,17 @@ Status Trainer::Create(const TrainerConfig& config, const RankContext& rank,
   if (rank.kernel_threads > 0)
     model::SetKernelThreads(rank.kernel_threads);
   const int T = config.model.seq_len;
-  const int micro_batch = config.batch.global / (shape.data * config.batch.micro_batches);
+  const int micro_batch = plan.micro_batch;
   // The shard: this stage's blocks, split over the tensor ranks.
-  const std::vector<parallel::StageLayers> stages =
-      parallel::PartitionStages(parallel::GptLayerCosts(config.model, T), shape.pipeline);
-  const parallel::StageLayers& stage = stages[at.pipeline];
-  const model::GptShard shard{.first_layer = stage.first,
-                              .end_layer = stage.end,
-                              .embedding = at.pipeline == 0,
-                              .head = at.pipeline == shape.pipeline - 1,
+  const StagePlan& stage = plan.stages[at.pipeline];
+  const model::GptShard shard{.first_layer = stage.layers.first,
+                              .end_layer = stage.layers.end,
+                              .embedding = stage.embedding,
+                              .head = stage.head,
                               .tensor_rank = at.tensor,
                               .tensor_size = shape.tensor};
   if (config.precision == Precision::kFp32) {
-    if (Status st = CheckFitsInMemory(config, shard, shape.data, micro_batch); !st.ok())
+    if (Status st = CheckFitsInMemory(stage, micro_batch, T); !st.ok())
       return st;
   }
   if (Status st = TokenDataset::Load(config.data.path, config.data.tokenizer, config.model.vocab,
@@ -318,15 +309,7 @@ Status Trainer::Create(const TrainerConfig& config, const RankContext& rank,
                     .decay = config.schedule.decay,
                     .min_ratio = config.schedule.min_lr_ratio};
   impl->micro_batch = micro_batch;
-  // Matrix-multiply FLOPs per trained token of the whole model, forward and backward: 6 per
-  // weight used in a product (every parameter but the position embedding; the tied LM head
-  // counts once, as it is one product) plus attention scores and mixing,
-  // 12 * layers * dModel * T.
-  const int64_t whole = model::GptParameterCount(config.model);
-  const int64_t wpe = static_cast<int64_t>(config.model.seq_len) * config.model.d_model;
-  impl->flops_per_token = 6.0 * static_cast<double>(whole - wpe) + 12.0 * config.model.layers *
-                                                                       config.model.d_model *
-                                                                       static_cast<double>(T);
+  impl->flops_per_token = FlopsPerToken(config.model);
   impl->metrics = std::make_unique<TrainMetrics>(config.schedule.steps);
   impl->metrics->SetMemoryBytes("parameters", 4.0 * static_cast<double>(n));
   impl->metrics->SetMemoryBytes("gradients", 4.0 * static_cast<double>(n));
@@ -345,9 +328,13 @@ Status Trainer::Create(const TrainerConfig& config, const RankContext& rank,
   spdlog::info(
       "model: {} layers, dModel {}, {} heads, seqLen {}, vocab {}: {} parameters; data: {} "
       "({} train / {} validation tokens)",
-      config.model.layers, config.model.d_model, config.model.heads, T, config.model.vocab, whole,
-      config.data.path, impl->dataset.train().size(), impl->dataset.validation().size());
+      config.model.layers, config.model.d_model, config.model.heads, T, config.model.vocab,
+      plan.parameters, config.data.path, impl->dataset.train().size(),
+      impl->dataset.validation().size());
   if (shape.pipeline > 1 || shape.tensor > 1) {
+    std::vector<parallel::StageLayers> stages;
+    for (const StagePlan& s : plan.stages)
+      stages.push_back(s.layers);
     spdlog::info(
         "mesh {}: rank {} is data {} pipeline {} tensor {}; stages {} ({}); this shard holds "
         "{} parameters",
@@ -847,6 +834,9 @@ Status Trainer::RunSteps(const RunOptions& options, TrainResult* result) {
          .step_seconds = seconds,
          .mfu_ratio = peak > 0 ? s.flops_per_token * tokens_per_second / peak : 0.0});
     s.metrics->SetMemoryBytes("resident", ResidentBytes());
+    s.metrics->SetMemoryBytes(
+        "activations",
+        static_cast<double>(s.gpu ? s.gpu->activation_bytes() : s.model->activation_bytes()));
     const bool last = s.step == c.schedule.steps;
     if (s.step % c.log_every == 0 || s.step == result->start_step + 1 || last) {
       spdlog::info("step {}/{} loss {:.4f} lr {:.3e} grad_norm {:.3f} tokens/s {:.0f}", s.step,

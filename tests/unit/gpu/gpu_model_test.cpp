@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "tests/unit/gpu/gpu_test_util.h"
+#include "worker/model/cuda/activation_layout.h"
 #include "worker/model/gpt.h"
 
 namespace tessera::model {
@@ -94,6 +95,11 @@ void CheckForwardAndBackwardAgainstCpu(const GptConfig& config, const GptCudaOpt
 
   const float cpu_loss = cpu.Forward(batch.tokens, batch.targets, B, T);
   gpu->Forward(batch.tokens, batch.targets, B, T);
+  // The arena is what `tessera plan` and the memory checks size without a GPU.
+  if (std::getenv("TESSERA_ATTENTION") == nullptr) {
+    EXPECT_EQ(gpu->activation_bytes(),
+              GptCudaMemoryFor(config, B, T, options.attention).activations);
+  }
   const float gpu_loss = gpu->Loss();
   EXPECT_TRUE(RelativeErrorWithin({gpu_loss}, {cpu_loss}, kLossTolerance));
   std::vector<float> logits(static_cast<size_t>(B) * T * config.vocab);

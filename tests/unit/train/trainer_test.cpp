@@ -183,8 +183,8 @@ TEST_F(TrainerTest, AConfigurationThatCannotFitInMemoryIsBadConfig) {
   EXPECT_EQ(st.exit_code(), 2);
   EXPECT_EQ(st.message().rfind("batch.global, model.seqLen: this rank needs at least ", 0), 0u)
       << st.message();
-  EXPECT_NE(st.message().find("for a micro-batch of 4 sequences of 1048576 tokens (attention "
-                              "probabilities 65536.0 GiB)"),
+  EXPECT_NE(st.message().find("for micro-batches of 4 sequences of 1048576 tokens, 1 alive at "
+                              "once (attention probabilities 64.0 TiB)"),
             std::string::npos)
       << st.message();
   EXPECT_EQ(trainer, nullptr);

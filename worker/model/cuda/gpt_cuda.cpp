@@ -14,6 +14,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "worker/model/cuda/activation_layout.h"
 #include "worker/model/cuda/layers_cuda.h"
 
 namespace tessera::model {
@@ -180,72 +181,22 @@ struct GptCuda::Impl {
       return;
     TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream));
     FreeActivations();
-    const int64_t N = static_cast<int64_t>(batch) * seq;
-    const int64_t C = config.d_model;
-    const int64_t NC = N * C;
-    const int64_t att_size = static_cast<int64_t>(batch) * config.heads * seq * seq;
-    const int64_t rows_size = static_cast<int64_t>(batch) * config.heads * seq;  // (B,NH,T)
-    const bool flash = attention != GpuAttention::kMatmul;
-    // Two passes: the first sizes the arena, the second hands out pointers into it.
+    // Two passes over the layout (activation_layout.h): the first sizes the arena, the second
+    // hands out pointers into it.
     for (int pass = 0; pass < 2; pass++) {
       int64_t offset = 0;
-      auto take = [&](auto*& ptr, int64_t count) {
+      ForEachActivation(config, batch, seq, attention, *this, [&](auto*& ptr, int64_t count) {
         using Elem = std::remove_reference_t<decltype(*ptr)>;
-        offset = (offset + 255) / 256 * 256;
+        offset = AlignArenaOffset(offset);
         ptr = pass == 0 ? nullptr : reinterpret_cast<Elem*>(static_cast<char*>(arena) + offset);
         offset += count * static_cast<int64_t>(sizeof(Elem));
-      };
-      take(tokens, N);
-      take(targets, N);
-      take(encoded, NC);
-      blocks.resize(config.layers);
-      for (Block& b : blocks) {
-        take(b.ln1, NC);
-        take(b.ln1_mean, N);
-        take(b.ln1_rstd, N);
-        take(b.qkv, 3 * NC);
-        take(b.atty, NC);
-        b.att = nullptr;
-        b.att_lse = nullptr;
-        if (flash)
-          take(b.att_lse, rows_size);
-        else
-          take(b.att, att_size);
-        take(b.residual2, NC);
-        take(b.ln2, NC);
-        take(b.ln2_mean, N);
-        take(b.ln2_rstd, N);
-        take(b.fch, 4 * NC);
-        take(b.fch_gelu, 4 * NC);
-        take(b.residual3, NC);
-      }
-      take(lnf, NC);
-      take(lnf_mean, N);
-      take(lnf_rstd, N);
-      take(logits, N * Vp);
-      take(losses, N);
-      take(lse, N);
-      take(dresidual, NC);
-      take(dln, NC);
-      take(datty, NC);
-      take(dqkv, 3 * NC);
-      take(dfch, 4 * NC);
-      qkvr = dqkvr = datt = nullptr;
-      att_delta = dq_accum = nullptr;
-      if (flash) {
-        take(att_delta, rows_size);
-        if (flash_kernels() != cuda::FlashKernels::kMma2)  // its dQ needs no fp32 scratch
-          take(dq_accum, NC);
-      } else {
-        take(qkvr, 3 * NC);
-        take(dqkvr, 3 * NC);
-        take(datt, att_size);
-      }
+      });
       if (pass == 0) {
         arena_bytes = offset;
         TESSERA_CUDA_CHECK(cudaMalloc(&arena, arena_bytes));
       }
     }
+    const int64_t N = static_cast<int64_t>(batch) * seq;
     TESSERA_CUDA_CHECK(cudaMallocHost(&host_ids, 2 * N * sizeof(int32_t)));
     B = batch;
     T = seq;
@@ -369,7 +320,7 @@ std::unique_ptr<GptCuda> CreateGptCuda(const GptConfig& config, const GptCudaOpt
     s.attention = attention;
     s.gelu_fusion = gelu_fusion;
     s.P = GptParameterCount(config);
-    s.Vp = (config.vocab + 63) / 64 * 64;
+    s.Vp = GptCudaPaddedVocab(config.vocab);
     s.tensors = GptParameterTensors(config);
     s.block_offset.assign(config.layers, 0);
     for (const ParameterTensor& t : s.tensors) {

@@ -1,0 +1,203 @@
+// The training plan (worker/train/plan.h) against what the parts it predicts really hold: the
+// CPU model's parameters and activation slots after a pipeline step on real Gloo groups, the
+// ZeRO-1 shard the data-parallel layout gives, and the GPU model's arena layout sized on the host.
+#include "worker/train/plan.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "worker/comm/local_gang.h"
+#include "worker/model/cpu/gpt_cpu.h"
+#include "worker/model/cuda/activation_layout.h"
+#include "worker/model/gpt.h"
+#include "worker/parallel/data/zero.h"
+#include "worker/parallel/pipeline/runner.h"
+#include "worker/parallel/pipeline/schedule.h"
+
+namespace tessera::train {
+namespace {
+
+TrainerConfig Config(int data_ranks, int micro_batches, int micro_batch) {
+  TrainerConfig c;
+  c.model = {.layers = 4, .d_model = 32, .heads = 4, .seq_len = 16, .vocab = 256};
+  c.data.path = "corpus.txt";  // not read: a plan needs no data
+  c.batch = {.global = data_ranks * micro_batches * micro_batch, .micro_batches = micro_batches};
+  return c;
+}
+
+std::vector<int32_t> Ids(int n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> ids(n);
+  for (int32_t& id : ids)
+    id = static_cast<int32_t>(rng() % 256);
+  return ids;
+}
+
+// Each stage of a real pipeline step holds what the plan says: its parameters and gradients,
+// and the activations of the micro-batches its schedule keeps alive at once (GPipe all of
+// them, 1F1B p - s on stage s). A wrong in-flight count or stage split fails here.
+TEST(TrainingPlan, StagesHoldWhatAPipelineStepAllocates) {
+  constexpr int kMicro = 4, kB = 2;
+  for (int p : {2, 4}) {
+    for (const char* schedule : {"GPipe", "1F1B"}) {
+      TrainerConfig c = Config(1, kMicro, kB);
+      c.parallel.schedule = schedule;
+      TrainingPlan plan;
+      ASSERT_TRUE(PlanTraining(c, p, p, 1, &plan).ok());
+      ASSERT_EQ(plan.stages.size(), static_cast<size_t>(p));
+      EXPECT_EQ(plan.micro_batch, kB);
+      EXPECT_DOUBLE_EQ(plan.ideal_bubble, static_cast<double>(p - 1) / (kMicro + p - 1));
+      comm::RunThreadGang(p, [&](int s, std::shared_ptr<comm::ProcessGroup> group) {
+        const StagePlan& stage = plan.stages[s];
+        model::Gpt gpt(c.model, {.first_layer = stage.layers.first,
+                                 .end_layer = stage.layers.end,
+                                 .embedding = stage.embedding,
+                                 .head = stage.head});
+        gpt.InitParameters(3);
+        gpt.ZeroGradients();
+        parallel::PipelineRunner runner(&gpt, group, *parallel::ParseSchedule(schedule));
+        runner.Train(kMicro,
+                     [&](int i, parallel::MicroBatch* mb) {
+                       mb->tokens = Ids(kB * c.model.seq_len, 10 + i);
+                       mb->targets = Ids(kB * c.model.seq_len, 100 + i);
+                       mb->B = kB;
+                       mb->T = c.model.seq_len;
+                     },
+                     1.0f / kMicro, {});
+        const std::string what =
+            std::string(schedule) + " p=" + std::to_string(p) + " stage " + std::to_string(s);
+        EXPECT_EQ(stage.parameters, static_cast<int64_t>(gpt.parameters().size())) << what;
+        EXPECT_EQ(stage.memory.parameters, 4 * stage.parameters) << what;
+        EXPECT_EQ(stage.memory.gradients, 4 * static_cast<int64_t>(gpt.gradients().size())) << what;
+        EXPECT_EQ(stage.in_flight, std::string(schedule) == "GPipe" ? kMicro : p - s) << what;
+        EXPECT_EQ(stage.memory.activations, gpt.activation_bytes()) << what;
+      });
+    }
+  }
+}
+
+// Without pipeline parallelism micro-batches run one after another through one slot.
+TEST(TrainingPlan, OneStageKeepsOneMicroBatchAlive) {
+  const TrainerConfig c = Config(1, 4, 2);
+  TrainingPlan plan;
+  ASSERT_TRUE(PlanTraining(c, 1, 1, 1, &plan).ok());
+  ASSERT_EQ(plan.stages.size(), 1u);
+  model::Gpt gpt(c.model);
+  gpt.InitParameters(3);
+  for (int i = 0; i < 4; i++) {
+    gpt.Forward(Ids(2 * 16, i), Ids(2 * 16, 50 + i), 2, 16);
+    gpt.Backward(0.25f);
+  }
+  EXPECT_EQ(plan.stages[0].in_flight, 1);
+  EXPECT_EQ(plan.stages[0].memory.activations, gpt.activation_bytes());
+  EXPECT_EQ(plan.parameters, model::GptParameterCount(c.model));
+  EXPECT_EQ(plan.stages[0].parameters, plan.parameters);
+  EXPECT_EQ(plan.ideal_bubble, 0.0);
+}
+
+// Tensor parallelism: a stage's rank holds its shard of the blocks (the model's own count) and
+// the shard's activations; every rank of the mesh is counted once in the total.
+TEST(TrainingPlan, TensorShardsAndTheTotalOverEveryRank) {
+  const TrainerConfig c = Config(2, 2, 2);
+  TrainingPlan plan;
+  ASSERT_TRUE(PlanTraining(c, 8, 2, 2, &plan).ok());  // data 2 x pipeline 2 x tensor 2
+  EXPECT_EQ(plan.shape.data, 2);
+  int64_t sum = 0;
+  for (const StagePlan& stage : plan.stages) {
+    const model::GptShard shard{.first_layer = stage.layers.first,
+                                .end_layer = stage.layers.end,
+                                .embedding = stage.embedding,
+                                .head = stage.head,
+                                .tensor_rank = 1,
+                                .tensor_size = 2};
+    const model::Gpt gpt(c.model, shard, [](float*, int64_t) {});
+    EXPECT_EQ(stage.parameters, static_cast<int64_t>(gpt.parameters().size()));
+    model::cpu::GptActivations<float> acts;
+    acts.Allocate(c.model, plan.micro_batch, c.model.seq_len, shard);
+    EXPECT_EQ(stage.memory.activations, stage.in_flight * acts.bytes());
+    sum += 4 * stage.memory.total();  // data 2 x tensor 2 ranks hold this stage
+  }
+  EXPECT_EQ(plan.all_ranks_bytes(), sum);
+  EXPECT_EQ(plan.largest_rank_bytes(),
+            std::max(plan.stages[0].memory.total(), plan.stages[1].memory.total()));
+}
+
+// ZeRO-1 keeps the AdamW moments of the largest shard the data-parallel layout gives a rank;
+// zeroStage 0 keeps all of them.
+TEST(TrainingPlan, ZeroOneShardsTheMoments) {
+  TrainerConfig c = Config(3, 1, 2);
+  TrainingPlan replicated, sharded;
+  ASSERT_TRUE(PlanTraining(c, 3, 1, 1, &replicated).ok());
+  c.parallel.zero_stage = 1;
+  ASSERT_TRUE(PlanTraining(c, 3, 1, 1, &sharded).ok());
+  const int64_t n = replicated.parameters;
+  EXPECT_EQ(replicated.stages[0].memory.optimizer, 8 * n);
+  const parallel::ZeroLayout layout{.count = n, .ranks = 3};
+  EXPECT_EQ(sharded.stages[0].memory.optimizer, 8 * layout.shard(0).size());
+  EXPECT_GE(3 * layout.shard_size(), n);
+  EXPECT_EQ(sharded.stages[0].memory.parameters, replicated.stages[0].memory.parameters);
+}
+
+TEST(TrainingPlan, ARefusedConfigurationIsBadConfig) {
+  TrainerConfig c = Config(2, 1, 2);
+  TrainingPlan plan;
+  Status st = PlanTraining(c, 3, 1, 1, &plan);  // 4 sequences over 3 data-parallel ranks
+  EXPECT_EQ(st.exit_code(), 2);
+  c.precision = Precision::kBf16;
+  st = PlanTraining(c, 4, 2, 1, &plan);  // the GPU model is data-parallel only
+  EXPECT_EQ(st.exit_code(), 2);
+  EXPECT_NE(st.message().find("precision"), std::string::npos) << st.message();
+}
+
+// GPT-2 124M: 6 (P - wpe) + 12 L C T, by hand: P = 124,439,808, wpe = 1024 x 768.
+TEST(TrainingPlan, FlopsPerTokenOfGpt2) {
+  model::GptConfig g;
+  ASSERT_TRUE(model::GptPreset("gpt2-124m", &g));
+  EXPECT_DOUBLE_EQ(FlopsPerToken(g), 6.0 * (124439808 - 786432) + 12.0 * 12 * 768 * 1024);
+}
+
+// The GPU model's memory, sized on the host from the layout GptCuda carves its arena with: the
+// matmul attention's (B, NH, T, T) buffers (one a block, and the gradient's scratch) against
+// the flash attentions' log-sum-exp rows, at sizes where every buffer is a multiple of the
+// arena's 256-byte alignment, so the difference is exact.
+TEST(TrainingPlan, GpuMemoryFollowsTheArenaLayout) {
+  const model::GptConfig g{.layers = 3, .d_model = 64, .heads = 4, .seq_len = 64, .vocab = 256};
+  const int B = 2, T = 64;
+  const int64_t N = B * T, NC = N * g.d_model, rows = int64_t{B} * g.heads * T;
+  const int64_t att = rows * T;
+  using model::GpuAttention;
+  const model::GptCudaMemory matmul = model::GptCudaMemoryFor(g, B, T, GpuAttention::kMatmul);
+  const model::GptCudaMemory flash = model::GptCudaMemoryFor(g, B, T, GpuAttention::kFlashMma);
+  const model::GptCudaMemory flash2 = model::GptCudaMemoryFor(g, B, T, GpuAttention::kFlashMma2);
+  // matmul: per block att (bf16), and qkvr, dqkvr (3 NC bf16 each) and datt (bf16).
+  // flash: per block att_lse (fp32 rows), and att_delta (fp32 rows) and dq_accum (fp32 NC).
+  EXPECT_EQ(matmul.activations - flash.activations,
+            g.layers * (2 * att - 4 * rows) + (2 * 3 * NC * 2 + 2 * att) - (4 * rows + 4 * NC));
+  EXPECT_EQ(flash.activations - flash2.activations, 4 * NC);  // mma2's dQ needs no scratch
+  EXPECT_EQ(matmul.attention, (g.layers + 1) * 2 * att);
+  EXPECT_EQ(flash.attention, 0);
+  const int64_t P = model::GptParameterCount(g);
+  EXPECT_EQ(matmul.parameters, 6 * P + 2 * 256 * g.d_model);  // vocab 256 is already padded
+  EXPECT_EQ(matmul.gradients, 4 * P);
+  EXPECT_EQ(matmul.optimizer, 8 * P);
+  EXPECT_EQ(model::GptCudaPaddedVocab(50257), 50304);
+  // The whole arena: the sum of every buffer at these sizes, counted by hand for flash-mma2.
+  const int64_t per_block =
+      2 * (NC + 3 * NC + NC + NC + NC + 4 * NC + 4 * NC + NC) + 4 * (N + N + N + N) + 4 * rows;
+  const int64_t rest =
+      4 * N * 2 /* tokens, targets */ + 2 * NC /* encoded */ + 2 * NC +
+      4 * 2 * N /* lnf, mean, rstd */ + 2 * N * 256 /* logits */ + 4 * 2 * N /* losses, lse */ +
+      2 * (NC + NC + NC + 3 * NC + 4 * NC) /* backward scratch */ + 4 * rows /* att_delta */;
+  EXPECT_EQ(flash2.activations, g.layers * per_block + rest);
+}
+
+TEST(FormatBytes, BinaryUnits) {
+  EXPECT_EQ(FormatBytes(12), "12 B");
+  EXPECT_EQ(FormatBytes(4096), "4.0 KiB");
+  EXPECT_EQ(FormatBytes(int64_t{3} << 29), "1.5 GiB");
+  EXPECT_EQ(FormatBytes(int64_t{64} << 40), "64.0 TiB");
+}
+
+}  // namespace
+}  // namespace tessera::train

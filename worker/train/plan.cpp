@@ -1,0 +1,116 @@
+#include "worker/train/plan.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "worker/model/cpu/gpt_cpu.h"
+#include "worker/model/cuda/activation_layout.h"
+#include "worker/parallel/data/zero.h"
+#include "worker/parallel/pipeline/schedule.h"
+
+namespace tessera::train {
+
+int64_t TrainingPlan::largest_rank_bytes() const {
+  int64_t most = 0;
+  for (const StagePlan& s : stages)
+    most = std::max(most, s.memory.total());
+  return most;
+}
+
+int64_t TrainingPlan::all_ranks_bytes() const {
+  int64_t sum = 0;
+  for (const StagePlan& s : stages)
+    sum += s.memory.total();
+  return sum * shape.data * shape.tensor;
+}
+
+double FlopsPerToken(const model::GptConfig& config) {
+  const int64_t whole = model::GptParameterCount(config);
+  const int64_t wpe = static_cast<int64_t>(config.seq_len) * config.d_model;
+  return 6.0 * static_cast<double>(whole - wpe) +
+         12.0 * config.layers * config.d_model * static_cast<double>(config.seq_len);
+}
+
+Status PlanTraining(const TrainerConfig& config, int world_size, int pipeline, int tensor,
+                    TrainingPlan* out, model::GpuAttention attention) {
+  if (Status st = ValidateTrainerConfig(config, world_size, pipeline, tensor); !st.ok())
+    return st;
+  TrainingPlan plan;
+  plan.shape = {world_size / (pipeline * tensor), pipeline, tensor};
+  const int T = config.model.seq_len;
+  plan.parameters = model::GptParameterCount(config.model);
+  plan.micro_batches = config.batch.micro_batches;
+  plan.sequences_per_rank = config.batch.global / plan.shape.data;
+  plan.micro_batch = plan.sequences_per_rank / plan.micro_batches;
+  plan.tokens_per_step = static_cast<int64_t>(config.batch.global) * T;
+  plan.flops_per_token = FlopsPerToken(config.model);
+  plan.ideal_bubble = pipeline > 1 ? parallel::IdealBubble(pipeline, plan.micro_batches) : 0.0;
+  const std::optional<parallel::Schedule> schedule =
+      parallel::ParseSchedule(config.parallel.schedule);  // validated above
+  const std::vector<parallel::StageLayers> layers =
+      parallel::PartitionStages(parallel::GptLayerCosts(config.model, T), pipeline);
+  for (int s = 0; s < pipeline; s++) {
+    StagePlan stage;
+    stage.layers = layers[s];
+    stage.embedding = s == 0;
+    stage.head = s == pipeline - 1;
+    RankMemory& m = stage.memory;
+    if (config.precision == Precision::kBf16) {
+      // The whole model on each rank's GPU (validation allows data parallelism only).
+      const model::GptCudaMemory gpu =
+          model::GptCudaMemoryFor(config.model, plan.micro_batch, T, attention);
+      stage.parameters = plan.parameters;
+      m = {.parameters = gpu.parameters,
+           .gradients = gpu.gradients,
+           .optimizer = gpu.optimizer,
+           .activations = gpu.activations,
+           .attention = gpu.attention};
+    } else {
+      const model::GptShard shard{.first_layer = stage.layers.first,
+                                  .end_layer = stage.layers.end,
+                                  .embedding = stage.embedding,
+                                  .head = stage.head,
+                                  .tensor_rank = 0,
+                                  .tensor_size = tensor};
+      for (const model::ShardTensor& t : model::GptShardTensors(config.model, shard))
+        stage.parameters += t.local.size;
+      // The pipeline runner keeps one activation slot per micro-batch alive at once; without
+      // pipeline parallelism micro-batches run one after another in one slot.
+      stage.in_flight = pipeline > 1 ? parallel::PeakInFlight(parallel::MakeSchedule(
+                                           *schedule, pipeline, s, plan.micro_batches))
+                                     : 1;
+      const int64_t owned =
+          config.parallel.zero_stage == 1 && plan.shape.data > 1
+              ? parallel::ZeroLayout{.count = stage.parameters, .ranks = plan.shape.data}
+                    .shard_size()
+              : stage.parameters;
+      using Activations = model::cpu::GptActivations<float>;
+      m.parameters = 4 * stage.parameters;
+      m.gradients = 4 * stage.parameters;
+      m.optimizer = 8 * owned;
+      m.activations =
+          stage.in_flight * Activations::BytesFor(config.model, plan.micro_batch, T, shard);
+      m.attention = stage.in_flight *
+                    Activations::AttentionBytesFor(config.model, plan.micro_batch, T, shard);
+    }
+    plan.stages.push_back(stage);
+  }
+  *out = std::move(plan);
+  return Status::Ok();
+}
+
+std::string FormatBytes(int64_t bytes) {
+  constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB"};
+  if (bytes < 1024)
+    return fmt::format("{} B", bytes);
+  double value = static_cast<double>(bytes) / 1024.0;
+  int unit = 0;
+  while (value >= 1024.0 && unit < 3) {
+    value /= 1024.0;
+    unit++;
+  }
+  return fmt::format("{:.1f} {}", value, kUnits[unit]);
+}
+
+}  // namespace tessera::train
