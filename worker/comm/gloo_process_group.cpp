@@ -498,10 +498,19 @@ class GlooProcessGroup : public ProcessGroup {
     const size_t bytes = count * ElementSize(type);
     static char empty = 0;
     auto buf = core_->context->createUnboundBuffer(bytes ? data : &empty, bytes);
-    if (is_send) {
-      buf->send(peer, kP2PSlot | tag, 0, bytes);
-    } else {
-      buf->recv(peer, kP2PSlot | tag, 0, bytes);
+    try {
+      if (is_send) {
+        buf->send(peer, kP2PSlot | tag, 0, bytes);
+      } else {
+        buf->recv(peer, kP2PSlot | tag, 0, bytes);
+      }
+    } catch (const std::exception& e) {
+      // Gloo already saw the connection to the peer close (gloo::IoException): the group is
+      // broken, as when an operation fails, and the caller gets the CommError a wait() would
+      // have given, naming the lost rank when the store knows it.
+      const std::string error = core_->Explain(what, e.what());
+      core_->Break(error);
+      throw CommError(error);
     }
     std::weak_ptr<Core> weak = core_;
     auto work = std::make_shared<GlooP2PWork>(

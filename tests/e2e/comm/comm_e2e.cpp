@@ -4,6 +4,7 @@
 // Usage: comm_e2e collectives <ranks> <max-count>
 //        comm_e2e kill <ranks> <victim> <timeout-seconds>
 //        comm_e2e wrong-token
+//        comm_e2e closed-peer
 //        comm_e2e mesh <data> <pipeline> <tensor>
 // Exits 0 when every check held; otherwise prints what failed.
 #include <signal.h>
@@ -14,6 +15,7 @@
 #include <cstring>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "worker/comm/device_mesh.h"
@@ -282,6 +284,51 @@ int RunKill(int ranks, int victim, double timeout_s) {
   return bad == 0 ? 0 : 1;
 }
 
+// Rank 1 closes its group (its sockets) while staying alive and connected to the store, so no
+// loss is reported; once rank 0's Gloo has seen the connection close, a send or recv it posts
+// must fail as a CommError naming the operation — Gloo's own exception used to escape
+// PostP2P and abort the process (seen as exit 134 in hybrid_kill_rank_resume).
+int RunClosedPeer() {
+  auto results = comm::RunLocalGang(
+      2,
+      [&](int rank, int fd, int port) {
+        RankSetup s(rank, 2, fd, port);
+        s.world->barrier()->wait();
+        if (rank == 1) {
+          s.world.reset();
+          std::this_thread::sleep_for(3s);
+          return 0;
+        }
+        std::this_thread::sleep_for(500ms);  // Gloo's event loop sees the peer's sockets close
+        int caught = 0;
+        float value = 1.0f;
+        for (const bool is_send : {true, false}) {
+          try {
+            auto work = is_send ? s.world->send(&value, 1, DataType::kFloat32, 1)
+                                : s.world->recv(&value, 1, DataType::kFloat32, 1);
+            work->wait();
+            std::fprintf(stderr, "a %s to a closed peer succeeded\n", is_send ? "send" : "recv");
+          } catch (const comm::CommError& e) {
+            std::printf("rank 0: %s\n", e.what());
+            const std::string want = is_send ? "send to rank 1" : "recv from rank 1";
+            caught += std::string(e.what()).find(want) != std::string::npos ||
+                      std::string(e.what()).find("group is broken") != std::string::npos;
+          } catch (const std::exception& e) {
+            std::fprintf(stderr, "not a CommError: %s\n", e.what());
+          }
+        }
+        return caught == 2 ? 0 : 1;
+      },
+      60s);
+  int bad = 0;
+  for (const auto& r : results) {
+    std::printf("rank %d: exit %d (signal %d): %s", r.rank, r.exit_code, r.signal,
+                r.output.c_str());
+    bad += r.signaled || r.exit_code != 0;
+  }
+  return bad == 0 ? 0 : 1;
+}
+
 int RunWrongToken() {
   auto results = comm::RunLocalGang(
       2,
@@ -394,6 +441,8 @@ int main(int argc, char** argv) {
     return RunKill(std::atoi(argv[2]), std::atoi(argv[3]), std::atof(argv[4]));
   if (mode == "wrong-token" && argc == 2)
     return RunWrongToken();
+  if (mode == "closed-peer")
+    return RunClosedPeer();
   if (mode == "mesh" && argc == 5) {
     return RunMesh({std::atoi(argv[2]), std::atoi(argv[3]), std::atoi(argv[4])});
   }
