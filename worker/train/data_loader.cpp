@@ -2,11 +2,14 @@
 
 #include <fmt/format.h>
 
-#include <cassert>
-#include <fstream>
-#include <iterator>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
-#include "worker/train/tokenizer.h"
+#include <algorithm>
+#include <bit>
+#include <cassert>
 
 namespace tessera::train {
 namespace {
@@ -25,8 +28,9 @@ uint64_t Key(uint64_t seed, int64_t epoch, uint64_t salt) {
 
 }  // namespace
 
-Status TokenDataset::FromTokens(std::vector<int32_t> tokens, const std::string& source,
-                                double validation_fraction, int seq_len, TokenDataset* out) {
+Status TokenDataset::Split(std::shared_ptr<const void> storage, std::span<const uint16_t> tokens,
+                           bool mapped, const std::string& source, double validation_fraction,
+                           int seq_len, TokenDataset* out) {
   const auto total = static_cast<int64_t>(tokens.size());
   const auto val = static_cast<int64_t>(static_cast<double>(total) * validation_fraction);
   const int64_t train = total - val;
@@ -36,39 +40,81 @@ Status TokenDataset::FromTokens(std::vector<int32_t> tokens, const std::string& 
         "{}, validation {} needs >= {}); use a larger corpus or a smaller model.seqLen",
         source, total, seq_len, validation_fraction, train, 2 * seq_len + 1, val, seq_len + 1));
   }
-  out->tokens_ = std::move(tokens);
+  out->storage_ = std::move(storage);
+  out->tokens_ = tokens;
   out->train_size_ = static_cast<size_t>(train);
+  out->mapped_ = mapped;
   return Status::Ok();
+}
+
+Status TokenDataset::FromTokens(std::vector<uint16_t> tokens, const std::string& source,
+                                double validation_fraction, int seq_len, TokenDataset* out) {
+  auto owned = std::make_shared<const std::vector<uint16_t>>(std::move(tokens));
+  const std::span<const uint16_t> view(*owned);
+  return Split(std::move(owned), view, false, source, validation_fraction, seq_len, out);
 }
 
 Status TokenDataset::Load(const std::string& path, const std::string& tokenizer, int vocab,
                           double validation_fraction, int seq_len, TokenDataset* out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  struct stat st {};
+  if (fd < 0 || ::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (fd >= 0)
+      ::close(fd);
     return BadConfig(fmt::format("data.path: cannot read the dataset '{}'; check the path", path));
   }
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad())
-    return BadConfig(fmt::format("data.path: error reading the dataset '{}'", path));
+  const auto bytes = static_cast<size_t>(st.st_size);
   if (tokenizer == "byte") {
-    return FromTokens(ByteTokenizer::Encode(text), path, validation_fraction, seq_len, out);
+    // One id per byte, its unsigned value (ByteTokenizer), read in chunks.
+    std::vector<uint16_t> ids(bytes);
+    std::vector<unsigned char> chunk(1 << 20);
+    size_t done = 0;
+    while (done < bytes) {
+      const ssize_t n = ::read(fd, chunk.data(), std::min(chunk.size(), bytes - done));
+      if (n <= 0) {
+        ::close(fd);
+        return BadConfig(fmt::format("data.path: error reading the dataset '{}'", path));
+      }
+      std::copy_n(chunk.begin(), n, ids.begin() + static_cast<std::ptrdiff_t>(done));
+      done += static_cast<size_t>(n);
+    }
+    ::close(fd);
+    return FromTokens(std::move(ids), path, validation_fraction, seq_len, out);
   }
   assert(tokenizer == "uint16");
-  if (text.size() % 2 != 0) {
+  if (bytes % 2 != 0) {
+    ::close(fd);
     return BadConfig(fmt::format(
         "{}: {} bytes is not a whole number of uint16 token ids; is data.tokenizer right?", path,
-        text.size()));
+        bytes));
   }
-  std::vector<int32_t> ids(text.size() / 2);
+  // The file's pages, read-only and shared; a zero-length file maps nothing (too few tokens).
+  void* base = bytes == 0 ? nullptr : ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (base == MAP_FAILED)
+    return BadConfig(fmt::format("data.path: cannot map the dataset '{}'", path));
+  std::shared_ptr<const void> mapping(base, [bytes](const void* p) {
+    if (p != nullptr)
+      ::munmap(const_cast<void*>(p), bytes);
+  });
+  std::span<const uint16_t> ids(static_cast<const uint16_t*>(base), bytes / 2);
+  if constexpr (std::endian::native != std::endian::little) {
+    // The file is little-endian: a big-endian machine keeps a swapped copy.
+    std::vector<uint16_t> swapped(ids.begin(), ids.end());
+    for (uint16_t& id : swapped)
+      id = static_cast<uint16_t>((id >> 8) | (id << 8));
+    auto owned = std::make_shared<const std::vector<uint16_t>>(std::move(swapped));
+    ids = std::span<const uint16_t>(*owned);
+    mapping = std::move(owned);
+  }
   for (size_t i = 0; i < ids.size(); ++i) {
-    ids[i] = static_cast<unsigned char>(text[2 * i]) |
-             (static_cast<unsigned char>(text[2 * i + 1]) << 8);
     if (ids[i] >= vocab) {
       return BadConfig(fmt::format("{}: token {} at offset {} is not below model.vocab {}", path,
                                    ids[i], 2 * i, vocab));
     }
   }
-  return FromTokens(std::move(ids), path, validation_fraction, seq_len, out);
+  return Split(std::move(mapping), ids, std::endian::native == std::endian::little, path,
+               validation_fraction, seq_len, out);
 }
 
 DataLoader::DataLoader(const TokenDataset* dataset, int seq_len, int global_batch, uint64_t seed)

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -13,7 +14,12 @@
 
 namespace tessera::train {
 
-// A corpus in memory as token ids. Immutable after Load; thread-safe to read.
+// A corpus as 16-bit token ids (every vocabulary the trainer reads fits: the byte tokenizer's
+// 256, a uint16 file's < 65536), split into train (head) and validation (tail). A uint16 file
+// is mapped read-only rather than copied, so it costs no memory of the rank's own: the ranks on
+// one machine share its pages through the page cache, and a corpus larger than memory is
+// paged in as it is read. A text file (byte tokenizer) is held as ids, 2 bytes a byte.
+// Immutable after Load; copies share the tokens; thread-safe to read.
 class TokenDataset {
  public:
   // Reads `path` with `tokenizer` ("byte": a text file, one token per byte; "uint16": a file
@@ -25,17 +31,23 @@ class TokenDataset {
                      double validation_fraction, int seq_len, TokenDataset* out);
 
   // The same from ids already in memory (tests); `source` names it in messages.
-  static Status FromTokens(std::vector<int32_t> tokens, const std::string& source,
+  static Status FromTokens(std::vector<uint16_t> tokens, const std::string& source,
                            double validation_fraction, int seq_len, TokenDataset* out);
 
-  std::span<const int32_t> train() const { return {tokens_.data(), train_size_}; }
-  std::span<const int32_t> validation() const {
-    return {tokens_.data() + train_size_, tokens_.size() - train_size_};
-  }
+  std::span<const uint16_t> train() const { return tokens_.first(train_size_); }
+  std::span<const uint16_t> validation() const { return tokens_.subspan(train_size_); }
+  // True when the tokens are the file's pages (a uint16 file), not a copy.
+  bool mapped() const { return mapped_; }
 
  private:
-  std::vector<int32_t> tokens_;
+  static Status Split(std::shared_ptr<const void> storage, std::span<const uint16_t> tokens,
+                      bool mapped, const std::string& source, double validation_fraction,
+                      int seq_len, TokenDataset* out);
+
+  std::shared_ptr<const void> storage_;  // owns what tokens_ views: a vector, or a mapping
+  std::span<const uint16_t> tokens_;
   size_t train_size_ = 0;
+  bool mapped_ = false;
 };
 
 // B sequences of T tokens and their next-token targets, row-major (B, T).

@@ -11,9 +11,9 @@ namespace {
 
 // A corpus whose token at position i is i % 1000, so a window's content reveals its start.
 TokenDataset Corpus(int64_t n, double validation_fraction, int seq_len) {
-  std::vector<int32_t> tokens(n);
+  std::vector<uint16_t> tokens(n);
   for (int64_t i = 0; i < n; ++i)
-    tokens[i] = static_cast<int32_t>(i % 1000);
+    tokens[i] = static_cast<uint16_t>(i % 1000);
   TokenDataset ds;
   EXPECT_TRUE(TokenDataset::FromTokens(tokens, "corpus", validation_fraction, seq_len, &ds).ok());
   return ds;
@@ -30,7 +30,7 @@ TEST(TokenDataset, MissingFileIsBadConfigNamingThePath) {
 
 TEST(TokenDataset, TooSmallCorpusIsBadConfig) {
   TokenDataset ds;
-  const Status st = TokenDataset::FromTokens(std::vector<int32_t>(40, 1), "tiny", 0.1, 16, &ds);
+  const Status st = TokenDataset::FromTokens(std::vector<uint16_t>(40, 1), "tiny", 0.1, 16, &ds);
   EXPECT_EQ(st.code(), ExitCode::kBadConfig);
   EXPECT_NE(st.message().find("tiny"), std::string::npos);
 }
@@ -46,6 +46,7 @@ TEST(TokenDataset, ReadsLittleEndianUint16Ids) {
   }
   TokenDataset ds;
   ASSERT_TRUE(TokenDataset::Load(path, "uint16", 1000, 0.2, 8, &ds).ok());
+  EXPECT_TRUE(ds.mapped());  // the file's pages, not a copy
   EXPECT_EQ(ds.train().size(), 80u);
   EXPECT_EQ(ds.train()[0], 300);
   EXPECT_EQ(ds.validation().back(), 399);
