@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 #include <memory>
@@ -9,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "api/quantity.h"
 #include "api/rules.h"
 #include "cli/run/job_file.h"
 #include "worker/train/from_api.h"
@@ -79,7 +81,36 @@ struct JobPlan {
   std::optional<train::TrainerConfig> config;  // the built-in trainer
   train::TrainingPlan training;
   std::optional<int64_t> available;  // this machine's memory, for `tessera run` (fp32 only)
+  int64_t largest_worker = 0;        // the most any worker pod's ranks hold together (fp32)
+  std::optional<double> pod_limit;   // the worker container's resources.limits.memory
+  std::string pod_limit_text;        // as written
 };
+
+// What the ranks of the worker that holds the most hold together.
+int64_t LargestWorkerBytes(const train::TrainingPlan& t, int procs_per_worker) {
+  std::vector<int64_t> per_worker(static_cast<size_t>(t.shape.world_size() / procs_per_worker), 0);
+  for (const Placement& r : Place(t.shape, procs_per_worker))
+    per_worker[static_cast<size_t>(r.worker)] += t.stages[r.at.pipeline].memory.total();
+  int64_t most = 0;
+  for (int64_t bytes : per_worker)
+    most = std::max(most, bytes);
+  return most;
+}
+
+// The worker container's resources.limits.memory, as written ("" without one).
+std::string PodMemoryLimit(const api::TrainingJob& job) {
+  const std::optional<size_t> index = WorkerContainerIndex(job);
+  if (!index)
+    return "";
+  const nlohmann::json& c = job.spec.pod_template["spec"]["containers"][*index];
+  const nlohmann::json* limit = &c;
+  for (const char* key : {"resources", "limits", "memory"}) {
+    if (!limit->is_object() || !limit->contains(key))
+      return "";
+    limit = &(*limit)[key];
+  }
+  return limit->is_string() ? limit->get<std::string>() : limit->dump();
+}
 
 nlohmann::json ToJson(const JobPlan& p) {
   nlohmann::json out = {
@@ -142,6 +173,9 @@ nlohmann::json ToJson(const JobPlan& p) {
       {"memory",
        {{"largestRank", t.largest_rank_bytes()},
         {"allRanks", t.all_ranks_bytes()},
+        {"largestWorker", p.largest_worker},
+        {"podLimit", p.pod_limit ? nlohmann::json(static_cast<int64_t>(*p.pod_limit))
+                                 : nlohmann::json(nullptr)},
         {"available", p.available ? nlohmann::json(*p.available) : nlohmann::json(nullptr)}}},
   };
   return out;
@@ -227,6 +261,20 @@ void PrintText(const JobPlan& p) {
                              train::FormatBytes(t.largest_rank_bytes()),
                              train::FormatBytes(t.all_ranks_bytes()), s.world_size(),
                              gpu ? " (GPU memory, one GPU a rank)" : "");
+    if (!gpu) {
+      std::cout << fmt::format("           {} the largest worker pod's {} rank(s); ",
+                               train::FormatBytes(p.largest_worker), p.procs_per_worker);
+      if (!p.pod_limit) {
+        std::cout << "the worker container sets no memory limit (request at least that much "
+                     "in resources.requests.memory)\n";
+      } else if (*p.pod_limit >= static_cast<double>(p.largest_worker)) {
+        std::cout << "its memory limit " << p.pod_limit_text << " holds it\n";
+      } else {
+        std::cout << "its memory limit " << p.pod_limit_text
+                  << " does NOT: each rank would stop at start with exit code 2 (or be "
+                     "OOM-killed); raise resources.limits.memory\n";
+      }
+    }
     if (p.available) {
       const bool fits = t.all_ranks_bytes() <= *p.available;
       std::cout << fmt::format(
@@ -275,8 +323,20 @@ int PlanJob(const PlanOptions& options) {
         !st.ok()) {
       return BadJob(options.file + ": " + st.message());
     }
-    if (config.precision == train::Precision::kFp32)
+    if (config.precision == train::Precision::kFp32) {
       p.available = train::AvailableMemoryBytes();
+      p.largest_worker = LargestWorkerBytes(p.training, p.procs_per_worker);
+      p.pod_limit_text = PodMemoryLimit(job);
+      if (!p.pod_limit_text.empty()) {
+        p.pod_limit = api::ParseQuantity(p.pod_limit_text);
+        if (!p.pod_limit) {
+          return BadJob(fmt::format(
+              "{}: spec.template.spec.containers[{}].resources.limits.memory: '{}' is not a "
+              "quantity (e.g. 16Gi, 512Mi)",
+              options.file, *WorkerContainerIndex(job), p.pod_limit_text));
+        }
+      }
+    }
     p.config = config;
   }
   if (options.output == "json")

@@ -33,6 +33,18 @@ json "$p" "$t['memory']['allRanks'] == 2 * sum(s['memory']['total'] for s in $t[
   grep -qx True || fail "allRanks is not every rank's memory (2 tensor ranks a stage)"
 json "$p" "all(s['memory']['total'] == sum(s['memory'][k] for k in ('parameters', 'gradients', 'optimizer', 'activations')) for s in $t['stages'])" |
   grep -qx True || fail "a stage's total is not the sum of its parts"
+# A worker pod holds its ranks' stages: worker 0 the two tensor ranks of stage 0.
+json "$p" "$t['memory']['largestWorker'] == 2 * max(s['memory']['total'] for s in $t['stages'])" |
+  grep -qx True || fail "largestWorker is not the larger pod's two ranks"
+[[ $(json "$p" "$t['memory']['podLimit']") == None ]] || fail "a pod limit where none is set"
+grep -q "the worker container sets no memory limit" "$WORK/plan.txt" || fail "no advice without a limit"
+template() {  # template MEMORY_LIMIT: --set a worker container with that limit
+  echo "spec.template={spec: {containers: [{name: worker, image: x, resources: {limits: {memory: $1}}}]}}"
+}
+"$TESSERA" plan "$HYBRID" --set "$(template 8Mi)" >"$WORK/low.txt"
+grep -q "its memory limit 8Mi does NOT" "$WORK/low.txt" || fail "a too low limit: $(cat "$WORK/low.txt")"
+"$TESSERA" plan "$HYBRID" -o json --set "$(template 1.5Gi)" >"$WORK/limit.json"
+[[ $(json "$WORK/limit.json" "$t['memory']['podLimit']") == 1610612736 ]] || fail "podLimit of 1.5Gi"
 # GPipe keeps all 4 micro-batches alive on every stage: more activations on the first.
 "$TESSERA" plan "$HYBRID" -o json --set spec.parallelism.schedule=GPipe >"$WORK/gpipe.json"
 json "$WORK/gpipe.json" "[s['inFlight'] for s in $t['stages']]" | grep -qx "\[4, 4\]" ||
@@ -60,6 +72,7 @@ expect_error "spec.trainer.batch.global: must be divisible by data x microBatche
   --set spec.parallelism.microBatches=3
 expect_error "--output yaml: use text or json" "$HYBRID" -o yaml
 expect_error "no-such.yaml" "$WORK/no-such.yaml"
+expect_error "resources.limits.memory: '8GB' is not a quantity" "$HYBRID" --set "$(template 8GB)"
 
 # tessera run: two ranks whose attention probabilities alone are terabytes are refused before
 # any rank starts, naming the fields and the figures; no run directory is left behind.
