@@ -1,0 +1,76 @@
+# Helpers for the tests that train for real through the control plane. Source after
+# tests/cluster/lib.sh and tests/cluster/controller/controller_lib.sh, with the path of
+# tessera-node-agent as $1 of the test:
+#
+#   start_node_agent              registers Node $AGENT_NODE and runs its pods (stopped at exit)
+#   apply_training_job <name> <steps> <checkpoint every>
+#                                 a 2-worker data-parallel TrainingJob of the built-in trainer on
+#                                 data/tinyshakespeare.txt, pinned to $AGENT_NODE
+#   worker_log <pod>              the container log of the pod's newest run on the agent
+NODE_AGENT=${1:?usage: test.sh TESSERA_NODE_AGENT}
+AGENT_NODE="agent-$TEST_NAMESPACE"
+AGENT_WORK=$(mktemp -d)
+AGENT_LOG="${TESSERA_CLUSTER_DIR:-$AGENT_WORK}/logs/node-agent-$TEST_NAMESPACE.log"
+
+_agent_node_ready() {
+  [ "$(kubectl get node "$AGENT_NODE" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = True ]
+}
+
+start_node_agent() {
+  mkdir -p "$(dirname "$AGENT_LOG")"
+  "$NODE_AGENT" --node "$AGENT_NODE" --work-dir "$AGENT_WORK/pods" \
+    --bin-dir "$TESSERA_BIN_DIR" >>"$AGENT_LOG" 2>&1 &
+  AGENT_PID=$!
+  on_exit "kill -TERM $AGENT_PID; wait $AGENT_PID; kubectl delete node $AGENT_NODE --ignore-not-found; rm -rf $AGENT_WORK"
+  wait_for 60 "node $AGENT_NODE to be Ready" _agent_node_ready
+}
+
+# On failure, the agent's log too (then the controller's and the namespace's).
+_agent_exit() {
+  local status=$?
+  if [ $status -ne 0 ] && [ -f "$AGENT_LOG" ]; then
+    printf -- '---- node agent log (last 40 lines of %s)\n' "$AGENT_LOG" >&2
+    tail -n 40 "$AGENT_LOG" >&2
+  fi
+  (exit $status)
+  _ctl_exit
+}
+trap _agent_exit EXIT
+
+apply_training_job() {
+  local name=$1 steps=$2 every=$3 port
+  port=$(_ctl_free_port)
+  kns apply -f - <<YAML
+apiVersion: tessera.dev/v1alpha1
+kind: TrainingJob
+metadata:
+  name: $name
+spec:
+  workers: 2
+  parallelism: {data: 2}
+  trainer:
+    model: {layers: 2, dModel: 32, heads: 2, seqLen: 32, vocab: 256}
+    data: {path: $TESSERA_SOURCE_DIR/data/tinyshakespeare.txt}
+    batch: {global: 8}
+    optimizer: {lr: 3.0e-3}
+    schedule: {steps: $steps, warmupSteps: 5}
+    checkpoint: {dir: $AGENT_WORK/checkpoints/$name, everySteps: $every, keep: 2}
+  metrics: {port: $port}
+  runPolicy: {backoffLimit: 2}
+  template:
+    spec:
+      terminationGracePeriodSeconds: 10
+      nodeSelector: {tessera.dev/node-agent: "true"}
+      tolerations:
+      - {key: tessera.dev/node-agent, operator: Exists, effect: NoSchedule}
+      containers:
+      - name: worker
+        image: tessera/worker:test
+YAML
+}
+
+worker_log() {
+  local dir
+  dir=$(ls -td "$AGENT_WORK/pods/${TEST_NAMESPACE}_$1_"* 2>/dev/null | head -n 1)
+  [ -n "$dir" ] && cat "$dir/container.log"
+}

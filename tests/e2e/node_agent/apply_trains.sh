@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# `kubectl apply` of a TrainingJob trains for real and ends Succeeded: tessera-controller
+# creates the gang, tessera-node-agent runs each pod's `tessera-worker agent` as a process, the
+# two ranks rendezvous through worker 0 and train data-parallel to the last step, the
+# controller reads rank 0's progress into the status, and both pods' logs end with the same
+# final step. Nothing here is simulated but the kubelet.
+source "$TESSERA_SOURCE_DIR/tests/cluster/lib.sh"
+source "$TESSERA_SOURCE_DIR/tests/cluster/controller/controller_lib.sh"
+source "$(dirname "$0")/agent_lib.sh"
+
+start_node_agent
+start_controller --progress-interval 0.5
+apply_training_job gpt 200 100
+
+wait_phase 120 gpt Running
+# Progress from rank 0's /progress, while it trains.
+wait_for 120 "status.progress.step above 0" \
+  bash -c "[ \"\$(kubectl -n $TEST_NAMESPACE get tj gpt -o jsonpath='{.status.progress.step}')\" -gt 0 ]"
+wait_phase 240 gpt Succeeded
+
+expect_eq "True/Succeeded" "$(condition gpt Succeeded)" "Succeeded condition"
+expect_eq 200 "$(job_field gpt '{.status.progress.totalSteps}')" "totalSteps"
+expect_eq 0 "$(job_field gpt '{.status.restarts}')" "restarts"
+for i in 0 1; do
+  log=$(worker_log "gpt-worker-$i")
+  echo "$log" | grep -q "joined the world group: rank $i of 2" ||
+    fail "worker $i did not join the 2-rank world: $log"
+  echo "$log" | grep -q "done: 200 steps" || fail "worker $i did not train 200 steps: $log"
+done
+# Both ranks hold the same model: the loss they end with is the same.
+loss() { worker_log "$1" | sed -n 's/.*done: 200 steps, loss \([0-9.]*\).*/\1/p'; }
+expect_eq "$(loss gpt-worker-0)" "$(loss gpt-worker-1)" "the two ranks' final loss"
+[ -f "$AGENT_WORK/checkpoints/gpt/step-200/meta.json" ] || fail "no final checkpoint"
+echo "ok: kubectl apply -> trained 200 steps on 2 ranks -> Succeeded (final loss $(loss gpt-worker-0))"
