@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <cerrno>
@@ -15,6 +16,8 @@
 #include <filesystem>
 #include <optional>
 #include <thread>
+
+#include "worker/termination_message.h"
 
 namespace tessera::worker {
 namespace {
@@ -170,6 +173,11 @@ int RunAgent(const AgentOptions& options) {
         result = code;
         spdlog::error("agent: rank {} (pid {}) exited with code {}; stopping the other ranks",
                       c.rank, c.pid, code);
+        // Kept only when the rank said nothing itself (killed by a signal, or crashed).
+        WriteTerminationMessage(code > 128
+                                    ? fmt::format("rank {} was killed by signal {} ({})", c.rank,
+                                                  code - 128, strsignal(code - 128))
+                                    : fmt::format("rank {} exited with code {}", c.rank, code));
       } else {
         spdlog::info("agent: rank {} (pid {}) exited with code {}", c.rank, c.pid, code);
       }

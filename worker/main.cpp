@@ -24,6 +24,7 @@
 #include "worker/rendezvous/store_client.h"
 #include "worker/rendezvous/store_error.h"
 #include "worker/rendezvous/store_server.h"
+#include "worker/termination_message.h"
 #include "worker/train/config.h"
 #include "worker/train/from_api.h"
 #include "worker/train/gpu_replica.h"
@@ -82,6 +83,7 @@ Status ApplyEnvironment(tessera::train::TrainerConfig* config, tessera::train::R
 
 int Fail(const Status& st) {
   std::cerr << "tessera-worker: " << st.message() << "\n";
+  tessera::worker::WriteTerminationMessage(st.message());
   return st.exit_code();
 }
 

@@ -3,9 +3,10 @@
 # tessera-node-agent as $1 of the test:
 #
 #   start_node_agent              registers Node $AGENT_NODE and runs its pods (stopped at exit)
-#   apply_training_job <name> <steps> <checkpoint every>
+#   apply_training_job <name> <steps> <checkpoint every> [seqLen]
 #                                 a 2-worker data-parallel TrainingJob of the built-in trainer on
-#                                 data/tinyshakespeare.txt, pinned to $AGENT_NODE
+#                                 data/tinyshakespeare.txt (seqLen 32 unless given), pinned to
+#                                 $AGENT_NODE
 #   worker_log <pod>              the container log of the pod's newest run on the agent
 NODE_AGENT=${1:?usage: test.sh TESSERA_NODE_AGENT}
 AGENT_NODE="agent-$TEST_NAMESPACE"
@@ -38,7 +39,7 @@ _agent_exit() {
 trap _agent_exit EXIT
 
 apply_training_job() {
-  local name=$1 steps=$2 every=$3 port
+  local name=$1 steps=$2 every=$3 seq_len=${4:-32} port
   port=$(_ctl_free_port)
   kns apply -f - <<YAML
 apiVersion: tessera.dev/v1alpha1
@@ -49,7 +50,7 @@ spec:
   workers: 2
   parallelism: {data: 2}
   trainer:
-    model: {layers: 2, dModel: 32, heads: 2, seqLen: 32, vocab: 256}
+    model: {layers: 2, dModel: 32, heads: 2, seqLen: $seq_len, vocab: 256}
     data: {path: $TESSERA_SOURCE_DIR/data/tinyshakespeare.txt}
     batch: {global: 8}
     optimizer: {lr: 3.0e-3}

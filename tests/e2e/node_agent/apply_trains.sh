@@ -3,7 +3,10 @@
 # creates the gang, tessera-node-agent runs each pod's `tessera-worker agent` as a process, the
 # two ranks rendezvous through worker 0 and train data-parallel to the last step, the
 # controller reads rank 0's progress into the status, and both pods' logs end with the same
-# final step. Nothing here is simulated but the kubelet.
+# final step. Nothing here is simulated but the kubelet. Then a job the API accepts but the
+# trainer cannot run (sequences whose attention alone needs terabytes) fails at once with
+# PermanentExitCode, and the rank's own one-line reason is in the job's status: written to the
+# container's termination message, carried by the pod's status to the controller.
 source "$TESSERA_SOURCE_DIR/tests/cluster/lib.sh"
 source "$TESSERA_SOURCE_DIR/tests/cluster/controller/controller_lib.sh"
 source "$(dirname "$0")/agent_lib.sh"
@@ -32,3 +35,16 @@ loss() { worker_log "$1" | sed -n 's/.*done: 200 steps, loss \([0-9.]*\).*/\1/p'
 expect_eq "$(loss gpt-worker-0)" "$(loss gpt-worker-1)" "the two ranks' final loss"
 [ -f "$AGENT_WORK/checkpoints/gpt/step-200/meta.json" ] || fail "no final checkpoint"
 echo "ok: kubectl apply -> trained 200 steps on 2 ranks -> Succeeded (final loss $(loss gpt-worker-0))"
+
+apply_training_job huge 10 10 65536
+wait_phase 120 huge Failed
+expect_eq "True/PermanentExitCode" "$(condition huge Failed)" "Failed condition"
+expect_eq 2 "$(job_field huge '{.status.lastFailure.exitCode}')" "lastFailure.exitCode"
+message=$(job_field huge '{.status.lastFailure.message}')
+case "$message" in
+  *"batch.global, model.seqLen: this rank needs at least"*) ;;
+  *) fail "lastFailure.message does not carry the rank's reason: $message" ;;
+esac
+kns get events --field-selector involvedObject.name=huge -o jsonpath='{.items[*].message}' |
+  grep -q "this rank needs at least" || fail "no event carries the rank's reason"
+echo "ok: the trainer's refusal is in status.lastFailure.message: $message"

@@ -24,8 +24,10 @@ wait_phase 300 gpt Succeeded
 expect_eq 1 "$(job_field gpt '{.status.restarts}')" "restarts"
 for i in 0 1; do
   log=$(worker_log "gpt-worker-$i")  # the newest attempt's
+  gist="$(echo "$log" | grep -E "resumed|done|error|failed|lost|agent:" | tail -n 12)
+checkpoints: $(ls "$AGENT_WORK/checkpoints/gpt" | tr '\n' ' ')"
   echo "$log" | grep -Eq "resumed from .*step-[1-9][0-9]*00 \(step [1-9]" ||
-    fail "worker $i of attempt 1 did not resume from a checkpoint: $log"
-  echo "$log" | grep -q "done: 2000 steps" || fail "worker $i did not finish: $log"
+    fail "worker $i of attempt 1 did not resume from a checkpoint: $gist"
+  echo "$log" | grep -q "done: 2000 steps" || fail "worker $i did not finish: $gist"
 done
 echo "ok: worker killed -> gang restart -> resumed from a checkpoint -> Succeeded"

@@ -9,8 +9,10 @@
 //   and emptyDir volumes made as directories under --work-dir, hostPath volumes used in place;
 //   a mountPath at the start of an argument or an env value is rewritten to where the volume is;
 // - the pod's status: Running (podIP 127.0.0.1, Ready) once started, then Succeeded or Failed
-//   with the container's exit code (128 + signal when killed) and, when the container asks for
-//   terminationMessagePolicy FallbackToLogsOnError and failed, the tail of its log as message;
+//   with the container's exit code (128 + signal when killed) and
+//   what the container wrote to its termination message file (TESSERA_TERMINATION_MESSAGE_PATH
+//   points there), or, when it asks for terminationMessagePolicy FallbackToLogsOnError and
+//   failed, the tail of its log, as message;
 // - deletion: SIGTERM to the process group, SIGKILL after the grace period, then the pod is
 //   removed (a delete with grace 0, as the kubelet confirms a deletion);
 // - the Node's Ready condition, renewed every few seconds, and a NoSchedule taint
@@ -30,6 +32,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <string>
@@ -73,6 +76,7 @@ struct Running {
   pid_t pid = -1;
   std::string started_at;
   std::string log;
+  std::string termination_log;    // the container's terminationMessagePath, on this machine
   bool fallback_to_logs = false;  // terminationMessagePolicy: FallbackToLogsOnError
   bool exited = false;
   int exit_code = 0;
@@ -268,6 +272,7 @@ class Agent {
     const fs::path dir = work_ / (r.ns + "_" + r.name + "_" + r.uid);
     fs::create_directories(dir);
     r.log = (dir / "container.log").string();
+    r.termination_log = (dir / "termination-log").string();
     const Json* c = WorkerContainer(pod);
     std::string error;
     std::map<std::string, fs::path> mounts;
@@ -290,7 +295,8 @@ class Agent {
       }
       if (argv.empty() && error.empty())
         error = "the container has no command (the agent runs no images)";
-      env = Environment(pod, *c, mounts, &error);
+      std::ofstream(r.termination_log, std::ios::trunc);  // empty, as the kubelet makes it
+      env = Environment(pod, *c, mounts, r.termination_log, &error);
     }
     if (error.empty()) {
       tessera::cli::ProcessSpec spec{.argv = argv, .env = env, .log_path = r.log};
@@ -332,7 +338,7 @@ class Agent {
 
   std::vector<std::pair<std::string, std::string>> Environment(
       const Json& pod, const Json& c, const std::map<std::string, fs::path>& mounts,
-      std::string* error) {
+      const std::string& termination_log, std::string* error) {
     const Json& meta = pod["metadata"];
     std::vector<std::pair<std::string, std::string>> env;
     std::string worker_index;
@@ -370,6 +376,8 @@ class Agent {
       env.emplace_back(name, Remap(value, mounts));
     }
     env.emplace_back("TESSERA_COMM_HOST", "127.0.0.1");
+    // The kubelet's terminationMessagePath file, where the process can find it here.
+    env.emplace_back("TESSERA_TERMINATION_MESSAGE_PATH", termination_log);
     if (worker_index != "0") {
       for (auto& [name, value] : env) {
         if (name == "TESSERA_METRICS_PORT")
@@ -382,8 +390,15 @@ class Agent {
   void ReportExit(const Running& r) {
     std::cerr << "node-agent: " << r.ns << "/" << r.name << " exited with code " << r.exit_code
               << "\n";
+    // As the kubelet: the termination message file (its first 4096 bytes), else, for a failed
+    // container that asks for it, the tail of its log.
     std::string message;
-    if (r.fallback_to_logs && r.exit_code != 0) {
+    {
+      std::ifstream in(r.termination_log);
+      message.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+      message = message.substr(0, 4096);
+    }
+    if (message.empty() && r.fallback_to_logs && r.exit_code != 0) {
       for (const std::string& line : tessera::cli::TailLines(r.log, kMessageLines))
         message += line + "\n";
       if (message.size() > kMessageBytes)
