@@ -31,13 +31,26 @@ grep -q '"worldSize": 2' "$WORK/ckpt/step-30/meta.json" || fail "the checkpoint 
 
 marker="agent-e2e-$$-$RANDOM"
 rc=0
-AGENT_E2E_MARKER=$marker "$WORKER" agent --grace 5 -- sh -c \
+: >"$WORK/termination-log"  # the kubelet's empty terminationMessagePath file
+AGENT_E2E_MARKER=$marker TESSERA_TERMINATION_MESSAGE_PATH=$WORK/termination-log \
+  "$WORKER" agent --grace 5 -- sh -c \
   'if [ "$LOCAL_RANK" = 1 ]; then sleep 0.5; exit 7; fi; exec sleep 600' \
   >"$WORK/fail.txt" 2>&1 || rc=$?
 cat "$WORK/fail.txt"
 [[ $rc == 7 ]] || fail "the agent exited $rc, want rank 1's code 7"
 grep -q "rank 1 (pid [0-9]*) exited with code 7; stopping the other ranks" "$WORK/fail.txt" ||
   fail "the failure was not reported"
+# The pod's termination message says which rank failed (the command said nothing itself).
+[[ $(cat "$WORK/termination-log") == "rank 1 exited with code 7" ]] ||
+  fail "termination message: '$(cat "$WORK/termination-log")'"
+# A rank that states its reason keeps it there: a configuration the trainer refuses.
+: >"$WORK/termination-log"
+rc=0
+TESSERA_TERMINATION_MESSAGE_PATH=$WORK/termination-log "$WORKER" agent --config "$WORK/t.yaml" \
+  --set model.seqLen=65536 --threads 1 >"$WORK/bad.txt" 2>&1 || rc=$?
+[[ $rc == 2 ]] || fail "a refused configuration: the agent exited $rc, want 2"
+grep -q "^batch.global, model.seqLen: this rank needs at least" "$WORK/termination-log" ||
+  fail "termination message: '$(cat "$WORK/termination-log")'"
 left=$(grep -l "AGENT_E2E_MARKER=$marker" /proc/[0-9]*/environ 2>/dev/null || true)
 [[ -z $left ]] || fail "processes survived the agent: $left"
 echo PASS
