@@ -58,15 +58,6 @@ std::vector<Placement> Place(const comm::MeshShape& shape, int procs_per_worker)
   return out;
 }
 
-// TESSERA_ATTENTION as the GPU model reads it (its default when unset or unknown: the model
-// refuses an unknown name when it starts).
-model::GpuAttention AttentionFromEnvironment() {
-  model::GpuAttention attention = model::GpuAttention::kMatmul;
-  if (const char* env = std::getenv("TESSERA_ATTENTION"); env != nullptr)
-    model::ParseGpuAttention(env, &attention);
-  return attention;
-}
-
 nlohmann::json MemoryJson(const train::RankMemory& m) {
   return {{"parameters", m.parameters},   {"gradients", m.gradients}, {"optimizer", m.optimizer},
           {"activations", m.activations}, {"attention", m.attention}, {"total", m.total()}};
@@ -319,7 +310,7 @@ int PlanJob(const PlanOptions& options) {
     if (train::Status st = train::TrainerConfigFromJob(job, &config); !st.ok())
       return BadJob(options.file + ": " + st.message());
     if (train::Status st = train::PlanTraining(config, world, pipeline, tensor, &p.training,
-                                               AttentionFromEnvironment());
+                                               model::GpuAttentionFromEnvironment());
         !st.ok()) {
       return BadJob(options.file + ": " + st.message());
     }

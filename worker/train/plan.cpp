@@ -100,6 +100,25 @@ Status PlanTraining(const TrainerConfig& config, int world_size, int pipeline, i
   return Status::Ok();
 }
 
+Status CheckStageFits(const StagePlan& stage, int micro_batch, int seq_len, int64_t available,
+                      const std::string& where) {
+  const RankMemory& m = stage.memory;
+  if (m.total() <= available)
+    return Status::Ok();
+  const int64_t state = m.parameters + m.gradients + m.optimizer;
+  return BadConfig(fmt::format(
+      "batch.global, model.seqLen: this rank needs at least {}: {} of activations for "
+      "micro-batches of {} sequences of {} tokens, {} alive at once (attention probabilities "
+      "{}), and {} of parameters, gradients and AdamW state, but {} of {} is available; lower "
+      "batch.global or model.seqLen, or raise batch.microBatches{} (tessera plan shows every "
+      "rank's figures)",
+      FormatBytes(m.total()), FormatBytes(m.activations), micro_batch, seq_len, stage.in_flight,
+      FormatBytes(m.attention), FormatBytes(state), FormatBytes(available), where,
+      m.attention > 0 && where != "memory"
+          ? ", or set TESSERA_ATTENTION=flash-mma2 (no seqLen x seqLen buffers)"
+          : ""));
+}
+
 std::string FormatBytes(int64_t bytes) {
   constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB"};
   if (bytes < 1024)

@@ -66,6 +66,13 @@ Status PlanTraining(const TrainerConfig& config, int world_size, int pipeline, i
                     TrainingPlan* out,
                     model::GpuAttention attention = model::GpuAttention::kMatmul);
 
+// kBadConfig when `stage`'s memory is more than `available` bytes of `where` ("memory",
+// "free memory of CUDA device 0"), in one line naming the fields to change and the figures,
+// for micro-batches of `micro_batch` sequences of `seq_len` tokens; Ok otherwise. With the
+// GPU's attention probabilities in the figure it also suggests a fused attention.
+Status CheckStageFits(const StagePlan& stage, int micro_batch, int seq_len, int64_t available,
+                      const std::string& where);
+
 // "1.5 GiB", "312.0 MiB", "4.0 KiB", "12 B": binary units, one decimal.
 std::string FormatBytes(int64_t bytes);
 

@@ -13,6 +13,7 @@
 
 #include "worker/comm/device_mesh.h"
 #include "worker/model/cpu/gpt_cpu.h"
+#include "worker/model/cuda/gpt_cuda.h"
 #include "worker/model/gpt.h"
 #include "worker/parallel/data/bucket_reducer.h"
 #include "worker/parallel/data/zero.h"
@@ -44,26 +45,23 @@ double ResidentBytes() {
   return static_cast<double>(pages_resident) * static_cast<double>(sysconf(_SC_PAGESIZE));
 }
 
-// Refuses a CPU configuration whose memory on this rank — parameters, gradients, AdamW state
-// and the activations of the micro-batches its stage keeps alive at once (TrainingPlan) — is
-// more than the machine or container has left, with the numbers: the first step would
-// otherwise fail an allocation or be killed by the kernel.
+// Refuses a configuration whose memory on this rank — parameters, gradients, AdamW state and
+// the activations of the micro-batches its stage keeps alive at once (TrainingPlan) — is more
+// than the machine or container has left (fp32), or than the GPU has free (bf16), with the
+// numbers: the first step would otherwise fail an allocation or be killed by the kernel.
 Status CheckFitsInMemory(const StagePlan& stage, int micro, int T) {
   const std::optional<int64_t> available = AvailableMemoryBytes();
   if (!available)
     return Status::Ok();  // no /proc/meminfo: nothing to compare with
-  const RankMemory& m = stage.memory;
-  if (m.total() <= *available)
+  return CheckStageFits(stage, micro, T, *available, "memory");
+}
+
+Status CheckFitsOnGpu(const StagePlan& stage, int micro, int T, int device) {
+  const std::optional<int64_t> free = model::CudaFreeMemory(device);
+  if (!free)
     return Status::Ok();
-  const int64_t state = m.parameters + m.gradients + m.optimizer;
-  return BadConfig(fmt::format(
-      "batch.global, model.seqLen: this rank needs at least {}: {} of activations for "
-      "micro-batches of {} sequences of {} tokens, {} alive at once (attention probabilities "
-      "{}), and {} of parameters, gradients and AdamW state, but {} of memory is available; "
-      "lower batch.global or model.seqLen, or raise batch.microBatches (tessera plan shows "
-      "every rank's figures)",
-      FormatBytes(m.total()), FormatBytes(m.activations), micro, T, stage.in_flight,
-      FormatBytes(m.attention), FormatBytes(state), FormatBytes(*available)));
+  return CheckStageFits(stage, micro, T, *free,
+                        fmt::format("the free memory of CUDA device {}", device));
 }
 
 std::string ShardName(int rank) {
@@ -181,7 +179,8 @@ Status Trainer::Create(const TrainerConfig& config, const RankContext& rank,
     return BadConfig(fmt::format("TESSERA_MESH={}: {}", rank.mesh, mesh_error));
   // What each rank of this mesh holds; refuses what ValidateTrainerConfig refuses.
   TrainingPlan plan;
-  if (Status st = PlanTraining(config, rank.world_size, parsed->pipeline, parsed->tensor, &plan);
+  if (Status st = PlanTraining(config, rank.world_size, parsed->pipeline, parsed->tensor, &plan,
+                               model::GpuAttentionFromEnvironment());
       !st.ok()) {
     return st;
   }
@@ -253,6 +252,8 @@ Status Trainer::Create(const TrainerConfig& config, const RankContext& rank,
   if (config.precision == Precision::kBf16) {
     // The whole model on this rank's GPU (validation allowed only pipeline = tensor = 1).
     if (Status st = CheckGpu(rank.local_rank, &device); !st.ok())
+      return st;
+    if (Status st = CheckFitsOnGpu(stage, micro_batch, T, device); !st.ok())
       return st;
     if (rank.world_size > 1 && !rank.device_group) {
       return Status(

@@ -192,6 +192,45 @@ TEST(TrainingPlan, GpuMemoryFollowsTheArenaLayout) {
   EXPECT_EQ(flash2.activations, g.layers * per_block + rest);
 }
 
+// The check the trainer makes before it allocates: Ok within the room, else one line with the
+// fields to change and the figures; on a GPU with the matmul attention's T x T buffers it also
+// points at a fused attention.
+TEST(TrainingPlan, CheckStageFitsNamesTheFieldsAndTheFigures) {
+  TrainerConfig c = Config(1, 2, 4);
+  TrainingPlan plan;
+  ASSERT_TRUE(PlanTraining(c, 1, 1, 1, &plan).ok());
+  const StagePlan& stage = plan.stages[0];
+  const int64_t need = stage.memory.total();
+  EXPECT_TRUE(CheckStageFits(stage, 4, 16, need, "memory").ok());
+  Status st = CheckStageFits(stage, 4, 16, need - 1, "memory");
+  EXPECT_EQ(st.exit_code(), 2);
+  EXPECT_EQ(
+      st.message().rfind(
+          "batch.global, model.seqLen: this rank needs at least " + FormatBytes(need) + ": ", 0),
+      0u)
+      << st.message();
+  EXPECT_NE(st.message().find("micro-batches of 4 sequences of 16 tokens, 1 alive at once"),
+            std::string::npos)
+      << st.message();
+  EXPECT_NE(st.message().find("but " + FormatBytes(need - 1) + " of memory is available"),
+            std::string::npos)
+      << st.message();
+  EXPECT_EQ(st.message().find("TESSERA_ATTENTION"), std::string::npos);
+
+  c.precision = Precision::kBf16;
+  ASSERT_TRUE(PlanTraining(c, 1, 1, 1, &plan).ok());  // the matmul attention
+  st = CheckStageFits(plan.stages[0], 4, 16, 1024, "the free memory of CUDA device 0");
+  EXPECT_NE(st.message().find("of the free memory of CUDA device 0 is available"),
+            std::string::npos)
+      << st.message();
+  EXPECT_NE(st.message().find("TESSERA_ATTENTION=flash-mma2"), std::string::npos) << st.message();
+  ASSERT_TRUE(PlanTraining(c, 1, 1, 1, &plan, model::GpuAttention::kFlashMma2).ok());
+  EXPECT_LT(plan.stages[0].memory.activations,
+            model::GptCudaMemoryFor(c.model, 4, 16, model::GpuAttention::kMatmul).activations);
+  st = CheckStageFits(plan.stages[0], 4, 16, 1024, "the free memory of CUDA device 0");
+  EXPECT_EQ(st.message().find("TESSERA_ATTENTION"), std::string::npos) << st.message();
+}
+
 TEST(FormatBytes, BinaryUnits) {
   EXPECT_EQ(FormatBytes(12), "12 B");
   EXPECT_EQ(FormatBytes(4096), "4.0 KiB");

@@ -251,6 +251,15 @@ int CudaDeviceCount() {
   return count;
 }
 
+std::optional<int64_t> CudaFreeMemory(int device) {
+  size_t free = 0, total = 0;
+  if (cudaSetDevice(device) != cudaSuccess || cudaMemGetInfo(&free, &total) != cudaSuccess) {
+    cudaGetLastError();
+    return std::nullopt;
+  }
+  return static_cast<int64_t>(free);
+}
+
 std::unique_ptr<GptCuda> CreateGptCuda(const GptConfig& config, const GptCudaOptions& options,
                                        std::string* error) {
   auto fail = [&](const std::string& message) -> std::unique_ptr<GptCuda> {

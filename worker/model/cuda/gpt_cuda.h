@@ -8,8 +8,10 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -190,5 +192,18 @@ bool GptCudaCompiled();
 
 // Number of visible CUDA devices (0 without CUDA, without a driver, or without a device).
 int CudaDeviceCount();
+
+// Bytes free on CUDA device `device` (cudaMemGetInfo, which makes it current); nullopt without
+// CUDA or when the device cannot be asked.
+std::optional<int64_t> CudaFreeMemory(int device);
+
+// The attention a GptCuda created with `fallback` will use: TESSERA_ATTENTION when it names
+// one, else `fallback` (CreateGptCuda refuses an unknown name).
+inline GpuAttention GpuAttentionFromEnvironment(GpuAttention fallback = GpuAttention::kMatmul) {
+  GpuAttention attention = fallback;
+  if (const char* env = std::getenv("TESSERA_ATTENTION"); env != nullptr)
+    ParseGpuAttention(env, &attention);
+  return attention;
+}
 
 }  // namespace tessera::model

@@ -88,6 +88,10 @@ int CudaDeviceCount() {
   return 0;
 }
 
+std::optional<int64_t> CudaFreeMemory(int) {
+  return std::nullopt;
+}
+
 std::unique_ptr<GptCuda> CreateGptCuda(const GptConfig&, const GptCudaOptions&,
                                        std::string* error) {
   if (error != nullptr)
