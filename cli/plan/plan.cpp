@@ -130,9 +130,6 @@ nlohmann::json ToJson(const JobPlan& p) {
   const train::TrainerConfig& c = *p.config;
   const train::TrainingPlan& t = p.training;
   nlohmann::json stages = nlohmann::json::array();
-  double total_cost = 0;
-  for (const train::StagePlan& s : t.stages)
-    total_cost += s.layers.cost;
   for (size_t i = 0; i < t.stages.size(); i++) {
     const train::StagePlan& s = t.stages[i];
     stages.push_back({{"stage", i},
@@ -140,7 +137,7 @@ nlohmann::json ToJson(const JobPlan& p) {
                       {"endLayer", s.layers.end},
                       {"embedding", s.embedding},
                       {"head", s.head},
-                      {"costShare", s.layers.cost / total_cost},
+                      {"costShare", s.cost_share},
                       {"parameters", s.parameters},
                       {"inFlight", s.in_flight},
                       {"memory", MemoryJson(s.memory)}});
@@ -164,7 +161,7 @@ nlohmann::json ToJson(const JobPlan& p) {
       {"memory",
        {{"largestRank", t.largest_rank_bytes()},
         {"allRanks", t.all_ranks_bytes()},
-        {"largestWorker", p.largest_worker},
+        {"largestWorker", gpu ? nlohmann::json(nullptr) : nlohmann::json(p.largest_worker)},
         {"podLimit", p.pod_limit ? nlohmann::json(static_cast<int64_t>(*p.pod_limit))
                                  : nlohmann::json(nullptr)},
         {"available", p.available ? nlohmann::json(*p.available) : nlohmann::json(nullptr)}}},
@@ -217,9 +214,6 @@ void PrintText(const JobPlan& p) {
                             "gradients all-reduced in buckets of {} MiB",
                             c.parallel.bucket_mib));
     }
-    double total_cost = 0;
-    for (const train::StagePlan& st : t.stages)
-      total_cost += st.layers.cost;
     std::cout << fmt::format(
         "\n{:>5}  {:<7}  {:<10}  {:>6}  {:>12}  {:>9}  {:>11}  {:>11}  {:>11}  "
         "{:>11}  {:>11}\n",
@@ -237,10 +231,10 @@ void PrintText(const JobPlan& p) {
       std::cout << fmt::format(
           "{:>5}  {:<7}  {:<10}  {:>5.1f}%  {:>12}  {:>9}  {:>11}  {:>11}  {:>11}  {:>11}  "
           "{:>11}\n",
-          i, blocks, also, 100.0 * st.layers.cost / total_cost, Grouped(st.parameters),
-          st.in_flight, train::FormatBytes(st.memory.parameters),
-          train::FormatBytes(st.memory.gradients), train::FormatBytes(st.memory.optimizer),
-          train::FormatBytes(st.memory.activations), train::FormatBytes(st.memory.total()));
+          i, blocks, also, 100.0 * st.cost_share, Grouped(st.parameters), st.in_flight,
+          train::FormatBytes(st.memory.parameters), train::FormatBytes(st.memory.gradients),
+          train::FormatBytes(st.memory.optimizer), train::FormatBytes(st.memory.activations),
+          train::FormatBytes(st.memory.total()));
     }
     if (s.tensor > 1) {
       std::cout << fmt::format(

@@ -96,6 +96,11 @@ Status PlanTraining(const TrainerConfig& config, int world_size, int pipeline, i
     }
     plan.stages.push_back(stage);
   }
+  double total_cost = 0;
+  for (const StagePlan& s : plan.stages)
+    total_cost += s.layers.cost;
+  for (StagePlan& s : plan.stages)
+    s.cost_share = s.layers.cost / total_cost;
   *out = std::move(plan);
   return Status::Ok();
 }

@@ -31,6 +31,7 @@ struct RankMemory {
 
 struct StagePlan {
   parallel::StageLayers layers;  // [first, end) blocks, forward FLOPs per token
+  double cost_share = 1;         // of the whole model's forward FLOPs (the stages' sum to 1)
   bool embedding = false;        // the first stage: token and position embeddings
   bool head = false;             // the last stage: final layer norm, tied LM head, loss
   int64_t parameters = 0;        // values each (tensor) rank of the stage holds
