@@ -8,6 +8,10 @@
 #                                 data/tinyshakespeare.txt (seqLen 32 unless given), pinned to
 #                                 $AGENT_NODE
 #   worker_log <pod>              the container log of the pod's newest run on the agent
+#   last_step_loss <pod> <steps>  the loss its log reports for step <steps> of <steps>, waiting
+#                                 up to 30 s for the line (every rank logs the step's global
+#                                 loss once its all-reduce is done; worker 0 may exit, and the
+#                                 others be stopped, before they print anything later)
 NODE_AGENT=${1:?usage: test.sh TESSERA_NODE_AGENT}
 AGENT_NODE="agent-$TEST_NAMESPACE"
 AGENT_WORK=$(mktemp -d)
@@ -75,3 +79,10 @@ worker_log() {
   dir=$(ls -td "$AGENT_WORK/pods/${TEST_NAMESPACE}_$1_"* 2>/dev/null | head -n 1)
   [ -n "$dir" ] && cat "$dir/container.log"
 }
+
+_agent_has_step() { worker_log "$1" | grep -q "step $2/$2 loss"; }
+last_step_loss() {
+  wait_for 30 "$1's log to reach step $2" _agent_has_step "$1" "$2"
+  worker_log "$1" | sed -n "s|.*step $2/$2 loss \([0-9.]*\).*|\1|p" | tail -n 1
+}
+export -f worker_log _agent_has_step

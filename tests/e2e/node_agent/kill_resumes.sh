@@ -28,6 +28,8 @@ for i in 0 1; do
 checkpoints: $(ls "$AGENT_WORK/checkpoints/gpt" | tr '\n' ' ')"
   echo "$log" | grep -Eq "resumed from .*step-[1-9][0-9]*00 \(step [1-9]" ||
     fail "worker $i of attempt 1 did not resume from a checkpoint: $gist"
-  echo "$log" | grep -q "done: 2000 steps" || fail "worker $i did not finish: $gist"
 done
+worker_log gpt-worker-0 | grep -q "done: 2000 steps" || fail "worker 0 did not finish"
+expect_eq "$(last_step_loss gpt-worker-0 2000)" "$(last_step_loss gpt-worker-1 2000)" \
+  "the two ranks' loss at step 2000"
 echo "ok: worker killed -> gang restart -> resumed from a checkpoint -> Succeeded"
