@@ -6,7 +6,8 @@
 #   apply_training_job <name> <steps> <checkpoint every> [seqLen]
 #                                 a 2-worker data-parallel TrainingJob of the built-in trainer on
 #                                 data/tinyshakespeare.txt (seqLen 32 unless given), pinned to
-#                                 $AGENT_NODE
+#                                 $AGENT_NODE; PROCS=<n> and PARALLELISM='{...}' in the
+#                                 environment change procsPerWorker and spec.parallelism
 #   worker_log <pod>              the container log of the pod's newest run on the agent
 #   last_step_loss <pod> <steps>  the loss its log reports for step <steps> of <steps>, waiting
 #                                 up to 30 s for the line (every rank logs the step's global
@@ -43,7 +44,7 @@ _agent_exit() {
 trap _agent_exit EXIT
 
 apply_training_job() {
-  local name=$1 steps=$2 every=$3 seq_len=${4:-32} port
+  local name=$1 steps=$2 every=$3 seq_len=${4:-32} port parallelism=${PARALLELISM:-"{data: 2}"}
   port=$(_ctl_free_port)
   kns apply -f - <<YAML
 apiVersion: tessera.dev/v1alpha1
@@ -52,7 +53,8 @@ metadata:
   name: $name
 spec:
   workers: 2
-  parallelism: {data: 2}
+  procsPerWorker: ${PROCS:-1}
+  parallelism: $parallelism
   trainer:
     model: {layers: 2, dModel: 32, heads: 2, seqLen: $seq_len, vocab: 256}
     data: {path: $TESSERA_SOURCE_DIR/data/tinyshakespeare.txt}

@@ -36,6 +36,19 @@ expect_eq "$loss" "$(last_step_loss gpt-worker-1 200)" "the two ranks' loss at s
 [ -f "$AGENT_WORK/checkpoints/gpt/step-200/meta.json" ] || fail "no final checkpoint"
 echo "ok: kubectl apply -> trained 200 steps on 2 ranks -> Succeeded (final loss $loss)"
 
+# Model parallelism through the same path: 2 pods x 2 ranks as pipeline 2 x tensor 2, the
+# ranks of a pod one pipeline stage split over two tensor-parallel ranks (tensor innermost).
+PROCS=2 PARALLELISM="{data: 1, pipeline: 2, tensor: 2, microBatches: 2}" \
+  apply_training_job hybrid 100 50
+wait_phase 240 hybrid Succeeded
+worker_log hybrid-worker-0 | grep -q "rank 0 is data 0 pipeline 0 tensor 0; stages \[0,1) \[1,2)" ||
+  fail "worker 0's ranks are not stage 0: $(worker_log hybrid-worker-0 | grep mesh)"
+worker_log hybrid-worker-1 | grep -q "rank 3 is data 0 pipeline 1 tensor 1" ||
+  fail "worker 1's ranks are not stage 1: $(worker_log hybrid-worker-1 | grep mesh)"
+expect_eq "$(last_step_loss hybrid-worker-0 100)" "$(last_step_loss hybrid-worker-1 100)" \
+  "the two pipeline stages' loss at step 100"
+echo "ok: pipeline 2 x tensor 2 over 2 pods of 2 ranks -> Succeeded"
+
 apply_training_job huge 10 10 65536
 wait_phase 120 huge Failed
 expect_eq "True/PermanentExitCode" "$(condition huge Failed)" "Failed condition"
