@@ -59,8 +59,10 @@ std::vector<Placement> Place(const comm::MeshShape& shape, int procs_per_worker)
 }
 
 nlohmann::json MemoryJson(const train::RankMemory& m) {
-  return {{"parameters", m.parameters},   {"gradients", m.gradients}, {"optimizer", m.optimizer},
-          {"activations", m.activations}, {"attention", m.attention}, {"total", m.total()}};
+  return {{"parameters", m.parameters}, {"gradients", m.gradients},
+          {"optimizer", m.optimizer},   {"activations", m.activations},
+          {"attention", m.attention},   {"data", m.data},
+          {"total", m.total()}};
 }
 
 struct JobPlan {
@@ -153,6 +155,10 @@ nlohmann::json ToJson(const JobPlan& p) {
         {"microBatches", t.micro_batches},
         {"microBatch", t.micro_batch},
         {"tokensPerStep", t.tokens_per_step}}},
+      {"data",
+       {{"path", c.data.path},
+        {"tokenizer", c.data.tokenizer},
+        {"bytes", t.corpus_bytes ? nlohmann::json(*t.corpus_bytes) : nlohmann::json(nullptr)}}},
       {"flopsPerToken", t.flops_per_token},
       {"flopsPerStep", t.flops_per_token * static_cast<double>(t.tokens_per_step)},
       {"pipeline", {{"schedule", c.parallel.schedule}, {"idealBubble", t.ideal_bubble}}},
@@ -194,6 +200,18 @@ void PrintText(const JobPlan& p) {
         "micro-batch(es) of {}\n",
         c.batch.global, Grouped(t.tokens_per_step), t.sequences_per_rank, t.micro_batches,
         t.micro_batch);
+    if (!t.corpus_bytes) {
+      std::cout << "data       " << c.data.path
+                << ": not on this machine, so not counted in the memory below\n";
+    } else if (c.data.tokenizer == "byte") {
+      std::cout << fmt::format("data       {}: {} of text, held as {} of ids by every rank\n",
+                               c.data.path, train::FormatBytes(*t.corpus_bytes),
+                               train::FormatBytes(2 * *t.corpus_bytes));
+    } else {
+      std::cout << fmt::format(
+          "data       {}: {} of uint16 ids, mapped (pages shared by the ranks of a machine)\n",
+          c.data.path, train::FormatBytes(*t.corpus_bytes));
+    }
     std::cout << fmt::format(
         "compute    {} a token, {} a step (matrix products, forward and backward)\n",
         Flops(t.flops_per_token),
@@ -216,9 +234,9 @@ void PrintText(const JobPlan& p) {
     }
     std::cout << fmt::format(
         "\n{:>5}  {:<7}  {:<10}  {:>6}  {:>12}  {:>9}  {:>11}  {:>11}  {:>11}  "
-        "{:>11}  {:>11}\n",
+        "{:>11}  {:>11}  {:>11}\n",
         "stage", "blocks", "also", "work", "parameters", "in flight", "params", "grads", "AdamW",
-        "activations", "rank total");
+        "activations", "corpus ids", "rank total");
     for (size_t i = 0; i < t.stages.size(); i++) {
       const train::StagePlan& st = t.stages[i];
       std::string also = st.embedding && st.head ? "emb, head"
@@ -230,11 +248,11 @@ void PrintText(const JobPlan& p) {
                                      : fmt::format("{}-{}", st.layers.first, st.layers.end - 1);
       std::cout << fmt::format(
           "{:>5}  {:<7}  {:<10}  {:>5.1f}%  {:>12}  {:>9}  {:>11}  {:>11}  {:>11}  {:>11}  "
-          "{:>11}\n",
+          "{:>11}  {:>11}\n",
           i, blocks, also, 100.0 * st.cost_share, Grouped(st.parameters), st.in_flight,
           train::FormatBytes(st.memory.parameters), train::FormatBytes(st.memory.gradients),
           train::FormatBytes(st.memory.optimizer), train::FormatBytes(st.memory.activations),
-          train::FormatBytes(st.memory.total()));
+          train::FormatBytes(st.memory.data), train::FormatBytes(st.memory.total()));
     }
     if (s.tensor > 1) {
       std::cout << fmt::format(

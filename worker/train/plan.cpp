@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <filesystem>
 
 #include "worker/model/cpu/gpt_cpu.h"
 #include "worker/model/cuda/activation_layout.h"
@@ -46,6 +47,9 @@ Status PlanTraining(const TrainerConfig& config, int world_size, int pipeline, i
   plan.tokens_per_step = static_cast<int64_t>(config.batch.global) * T;
   plan.flops_per_token = FlopsPerToken(config.model);
   plan.ideal_bubble = pipeline > 1 ? parallel::IdealBubble(pipeline, plan.micro_batches) : 0.0;
+  std::error_code ec;
+  if (const auto size = std::filesystem::file_size(config.data.path, ec); !ec)
+    plan.corpus_bytes = static_cast<int64_t>(size);
   const std::optional<parallel::Schedule> schedule =
       parallel::ParseSchedule(config.parallel.schedule);  // validated above
   const std::vector<parallel::StageLayers> layers =
@@ -93,6 +97,9 @@ Status PlanTraining(const TrainerConfig& config, int world_size, int pipeline, i
           stage.in_flight * Activations::BytesFor(config.model, plan.micro_batch, T, shard);
       m.attention = stage.in_flight *
                     Activations::AttentionBytesFor(config.model, plan.micro_batch, T, shard);
+      // TokenDataset: a text file held as 16-bit ids; a uint16 file mapped, not held.
+      if (plan.corpus_bytes && config.data.tokenizer == "byte")
+        m.data = 2 * *plan.corpus_bytes;
     }
     plan.stages.push_back(stage);
   }
@@ -114,11 +121,13 @@ Status CheckStageFits(const StagePlan& stage, int micro_batch, int seq_len, int6
   return BadConfig(fmt::format(
       "batch.global, model.seqLen: this rank needs at least {}: {} of activations for "
       "micro-batches of {} sequences of {} tokens, {} alive at once (attention probabilities "
-      "{}), and {} of parameters, gradients and AdamW state, but {} of {} is available; lower "
-      "batch.global or model.seqLen, or raise batch.microBatches{} (tessera plan shows every "
-      "rank's figures)",
+      "{}), and {} of parameters, gradients and AdamW state{}, but {} of {} is available; "
+      "lower batch.global or model.seqLen, or raise batch.microBatches{} (tessera plan shows "
+      "every rank's figures)",
       FormatBytes(m.total()), FormatBytes(m.activations), micro_batch, seq_len, stage.in_flight,
-      FormatBytes(m.attention), FormatBytes(state), FormatBytes(available), where,
+      FormatBytes(m.attention), FormatBytes(state),
+      m.data > 0 ? fmt::format(" and {} of corpus ids", FormatBytes(m.data)) : "",
+      FormatBytes(available), where,
       m.attention > 0 && where != "memory"
           ? ", or set TESSERA_ATTENTION=flash-mma2 (no seqLen x seqLen buffers)"
           : ""));

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,7 +27,9 @@ struct RankMemory {
   int64_t optimizer = 0;    // AdamW's two fp32 moments over the values this rank updates
   int64_t activations = 0;  // every micro-batch alive at once, and the backward's scratch
   int64_t attention = 0;    // of `activations`: the (B, heads, T, T) attention probabilities
-  int64_t total() const { return parameters + gradients + optimizer + activations; }
+  int64_t data = 0;  // the corpus as ids (fp32 only: host memory): 2 bytes a byte of a text file
+                     // found at data.path; a uint16 file is mapped, its pages shared (0)
+  int64_t total() const { return parameters + gradients + optimizer + activations + data; }
 };
 
 struct StagePlan {
@@ -46,8 +49,9 @@ struct TrainingPlan {
   int micro_batch = 0;         // sequences a micro-batch
   int micro_batches = 0;       // per step and data-parallel rank
   int64_t tokens_per_step = 0;
-  double flops_per_token = 0;  // FlopsPerToken
-  double ideal_bubble = 0;     // (p - 1) / (m + p - 1); 0 with one stage
+  std::optional<int64_t> corpus_bytes;  // data.path's size; nullopt when it is not here
+  double flops_per_token = 0;           // FlopsPerToken
+  double ideal_bubble = 0;              // (p - 1) / (m + p - 1); 0 with one stage
   std::vector<StagePlan> stages;
   // The most any one rank holds, and what all ranks hold together (ranks on one machine).
   int64_t largest_rank_bytes() const;
@@ -62,7 +66,8 @@ double FlopsPerToken(const model::GptConfig& config);
 
 // The plan of `config` over `world_size` ranks as data x `pipeline` x `tensor`. With precision
 // bf16 the memory is the GPU's, for `attention`'s buffers (the trainer's: TESSERA_ATTENTION or
-// the default). A configuration ValidateTrainerConfig refuses is that kBadConfig. Pure.
+// the default). A configuration ValidateTrainerConfig refuses is that kBadConfig. Reads
+// nothing but the size of data.path, when that file exists here.
 Status PlanTraining(const TrainerConfig& config, int world_size, int pipeline, int tensor,
                     TrainingPlan* out,
                     model::GpuAttention attention = model::GpuAttention::kMatmul);

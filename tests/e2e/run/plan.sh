@@ -31,8 +31,18 @@ json "$p" "abs(sum(s['costShare'] for s in $t['stages']) - 1) < 1e-9" | grep -qx
   fail "the stages' shares of the work do not add up to 1"
 json "$p" "$t['memory']['allRanks'] == 2 * sum(s['memory']['total'] for s in $t['stages'])" |
   grep -qx True || fail "allRanks is not every rank's memory (2 tensor ranks a stage)"
-json "$p" "all(s['memory']['total'] == sum(s['memory'][k] for k in ('parameters', 'gradients', 'optimizer', 'activations')) for s in $t['stages'])" |
+json "$p" "all(s['memory']['total'] == sum(s['memory'][k] for k in ('parameters', 'gradients', 'optimizer', 'activations', 'data')) for s in $t['stages'])" |
   grep -qx True || fail "a stage's total is not the sum of its parts"
+# The corpus (a text file here) is held by every rank as 16-bit ids: 2 bytes a byte.
+size=$(stat -c %s data/tinyshakespeare.txt)
+[[ $(json "$p" "$t['data']['bytes']") == "$size" ]] || fail "data.bytes is not the corpus size"
+json "$p" "all(s['memory']['data'] == 2 * $size for s in $t['stages'])" | grep -qx True ||
+  fail "a rank's corpus ids are not 2 bytes a byte"
+grep -q "held as .* of ids by every rank" "$WORK/plan.txt" || fail "no data line"
+"$TESSERA" plan "$HYBRID" -o json --set spec.trainer.data.path=/no/such/corpus >"$WORK/nodata.json"
+[[ $(json "$WORK/nodata.json" "$t['data']['bytes']") == None ]] || fail "a missing corpus has a size"
+[[ $(json "$WORK/nodata.json" "$t['stages'][0]['memory']['data']") == 0 ]] ||
+  fail "a missing corpus is counted"
 # A worker pod holds its ranks' stages: worker 0 the two tensor ranks of stage 0.
 json "$p" "$t['memory']['largestWorker'] == 2 * max(s['memory']['total'] for s in $t['stages'])" |
   grep -qx True || fail "largestWorker is not the larger pod's two ranks"
