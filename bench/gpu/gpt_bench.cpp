@@ -18,8 +18,10 @@
 #include <string>
 #include <vector>
 
+#include "worker/model/cuda/activation_layout.h"
 #include "worker/model/cuda/gpt_cuda.h"
 #include "worker/model/gpt.h"
+#include "worker/train/plan.h"
 
 namespace {
 
@@ -153,18 +155,24 @@ int Run(int argc, char** argv) {
     lap(&phase_ms[2]);
   }
   const int64_t P = tessera::model::GptParameterCount(config);
-  const double flops_per_token =
-      6.0 * static_cast<double>(P - static_cast<int64_t>(config.seq_len) * config.d_model) +
-      12.0 * config.layers * config.d_model * static_cast<double>(T);
+  const double flops_per_token = tessera::train::FlopsPerToken(config);
+  // What `tessera plan` and the trainer's memory check predict for this arena (the attention
+  // the model really uses: TESSERA_ATTENTION overrides --attention).
+  const int64_t planned =
+      tessera::model::GptCudaMemoryFor(
+          config, B, T, tessera::model::GpuAttentionFromEnvironment(options.attention))
+          .activations;
   const double tokens_per_s = static_cast<double>(B) * T * steps / timed;
   const double mfu = tokens_per_s * flops_per_token / (peak_tflops * 1e12);
   std::printf(
       "tessera tokens_per_s=%.1f step_ms=%.2f mfu=%.4f batch=%d seq_len=%d params=%lld "
       "activation_gib=%.2f loss_first=%.4f loss_last=%.4f grad_norm=%.4f forward_ms=%.2f "
-      "backward_ms=%.2f optimizer_ms=%.2f attention=%s gelu_fusion=%d gemm_tune=%d\n",
+      "backward_ms=%.2f optimizer_ms=%.2f attention=%s gelu_fusion=%d gemm_tune=%d "
+      "planned_activation_gib=%.2f\n",
       tokens_per_s, 1e3 * timed / steps, mfu, B, T, static_cast<long long>(P),
       static_cast<double>(model->activation_bytes()) / (1 << 30), first, last, model->GradNorm(),
-      phase_ms[0], phase_ms[1], phase_ms[2], attention.c_str(), gelu_fusion ? 1 : 0, gemm_tune);
+      phase_ms[0], phase_ms[1], phase_ms[2], attention.c_str(), gelu_fusion ? 1 : 0, gemm_tune,
+      static_cast<double>(planned) / (1 << 30));
   return std::isfinite(last) ? 0 : 1;
 }
 
