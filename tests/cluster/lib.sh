@@ -100,8 +100,9 @@ _lib_create_namespace() {
   TEST_NAMESPACE="t-${base}-$(head -c4 /dev/urandom | od -An -tx1 | tr -d ' \n')"
   kubectl create namespace "$TEST_NAMESPACE" >/dev/null
   kubectl label namespace "$TEST_NAMESPACE" tessera.dev/test=true >/dev/null
-  # Pods are refused until the service-account controller has made `default`.
-  wait_for 30 "service account default in $TEST_NAMESPACE" kns get serviceaccount default
+  # Pods are refused until the service-account controller has made `default`. Right after a
+  # test restarted the apiserver, kube-controller-manager's watches may take a while to resume.
+  wait_for 90 "service account default in $TEST_NAMESPACE" kns get serviceaccount default
   export TEST_NAMESPACE
 }
 

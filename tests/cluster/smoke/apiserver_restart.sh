@@ -22,4 +22,11 @@ spec:
 YAML
 wait_for 90 "pod after-restart to be Running (scheduler and kwok reconnected)" \
   bash -c '[ "$(kubectl -n "$TEST_NAMESPACE" get pod after-restart -o jsonpath={.status.phase})" = Running ]'
+# Leave the control plane as the next test expects it: kube-controller-manager's controllers
+# watching again, which a new namespace getting its `default` service account shows.
+probe="t-after-restart-$(head -c4 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+kubectl create namespace "$probe" >/dev/null
+on_exit "kubectl delete namespace $probe --wait=false"
+wait_for 120 "kube-controller-manager to make namespace $probe's service account" \
+  kubectl -n "$probe" get serviceaccount default
 "$TESSERA_SOURCE_DIR/scripts/cluster.sh" status
