@@ -791,7 +791,6 @@ int LocalRun::Run() {
   return code;
 }
 
-// Reads, overrides, validates and defaults the job; exit code on failure.
 std::string DefaultWorkerBinary() {
   if (const char* env = std::getenv("TESSERA_WORKER_BINARY"); env != nullptr && *env != '\0')
     return env;
@@ -862,21 +861,17 @@ int RunJob(const RunOptions& options) {
     if (job.spec.trainer->checkpoint)
       config.checkpoint.dir = (run_dir / "checkpoints").string();
     config.metrics.port = 0;
-    if (train::Status st = train::ValidateTrainerConfig(
+    train::TrainingPlan plan;  // refuses what ValidateTrainerConfig refuses
+    if (train::Status st = train::PlanTraining(
             config, static_cast<int>(world), static_cast<int>(job.spec.parallelism.pipeline),
-            static_cast<int>(job.spec.parallelism.tensor));
+            static_cast<int>(job.spec.parallelism.tensor), &plan);
         !st.ok())
       return BadConfig(options.file + ": " + st.message());
     // Every rank runs here: together they must fit in this machine's memory (each rank checks
     // only its own share, and all of them start at once).
     if (config.precision == train::Precision::kFp32) {
-      train::TrainingPlan plan;
       const std::optional<int64_t> available = train::AvailableMemoryBytes();
-      if (train::PlanTraining(config, static_cast<int>(world),
-                              static_cast<int>(job.spec.parallelism.pipeline),
-                              static_cast<int>(job.spec.parallelism.tensor), &plan)
-              .ok() &&
-          available && plan.all_ranks_bytes() > *available) {
+      if (available && plan.all_ranks_bytes() > *available) {
         return BadConfig(fmt::format(
             "{}: spec.trainer.batch.global, spec.trainer.model.seqLen: the {} ranks need {} "
             "together (the largest {}), and this machine has {} available; lower batch.global "

@@ -69,7 +69,8 @@ Status PlanTraining(const TrainerConfig& config, int world_size, int pipeline, i
            .gradients = gpu.gradients,
            .optimizer = gpu.optimizer,
            .activations = gpu.activations,
-           .attention = gpu.attention};
+           .attention = gpu.attention,
+           .gpu = true};
     } else {
       const model::GptShard shard{.first_layer = stage.layers.first,
                                   .end_layer = stage.layers.end,
@@ -128,7 +129,7 @@ Status CheckStageFits(const StagePlan& stage, int micro_batch, int seq_len, int6
       FormatBytes(m.attention), FormatBytes(state),
       m.data > 0 ? fmt::format(" and {} of corpus ids", FormatBytes(m.data)) : "",
       FormatBytes(available), where,
-      m.attention > 0 && where != "memory"
+      m.gpu && m.attention > 0
           ? ", or set TESSERA_ATTENTION=flash-mma2 (no seqLen x seqLen buffers)"
           : ""));
 }

@@ -29,6 +29,7 @@ struct RankMemory {
   int64_t attention = 0;    // of `activations`: the (B, heads, T, T) attention probabilities
   int64_t data = 0;  // the corpus as ids (fp32 only: host memory): 2 bytes a byte of a text file
                      // found at data.path; a uint16 file is mapped, its pages shared (0)
+  bool gpu = false;  // the figures are a GPU's device memory (precision bf16)
   int64_t total() const { return parameters + gradients + optimizer + activations + data; }
 };
 
@@ -74,8 +75,9 @@ Status PlanTraining(const TrainerConfig& config, int world_size, int pipeline, i
 
 // kBadConfig when `stage`'s memory is more than `available` bytes of `where` ("memory",
 // "free memory of CUDA device 0"), in one line naming the fields to change and the figures,
-// for micro-batches of `micro_batch` sequences of `seq_len` tokens; Ok otherwise. With the
-// GPU's attention probabilities in the figure it also suggests a fused attention.
+// for micro-batches of `micro_batch` sequences of `seq_len` tokens; Ok otherwise. When the
+// figure is a GPU's and holds the matmul attention's probabilities it also suggests a fused
+// attention.
 Status CheckStageFits(const StagePlan& stage, int micro_batch, int seq_len, int64_t available,
                       const std::string& where);
 

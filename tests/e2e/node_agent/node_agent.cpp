@@ -211,7 +211,7 @@ class Agent {
     return containers.empty() ? nullptr : &containers[0];
   }
 
-  // A value of a Secret or ConfigMap; nullopt when it cannot be had.
+  // The value `ref` (a secretKeyRef: name, key) names; nullopt when it cannot be had.
   std::optional<std::string> SecretValue(const std::string& ns, const Json& ref) {
     auto secret = client_.Get(k8s::Secrets(ns).Named(ref.value("name", "")));
     if (!secret.ok() || !(*secret)["data"].contains(ref.value("key", "")))
