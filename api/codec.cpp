@@ -3,6 +3,8 @@
 #include "api/codec.h"
 
 #include <yaml-cpp/depthguard.h>
+#include <yaml-cpp/eventhandler.h>
+#include <yaml-cpp/parser.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -295,6 +297,51 @@ void PutStr(json& obj, const char* key, const std::string& v) {
     obj[key] = v;
 }
 
+// yaml-cpp 0.7 (Debian 12's) never returns from LoadAll on a stream where a document begins with
+// a token that cannot start a node, such as a lone ",": the parser reports an empty document
+// without consuming the token, and LoadAll appends one after another until memory runs out
+// (upstream issue 1040, fixed after 0.8). A document that consumed no token repeats forever,
+// and only such a document starts where the one before it started, so one pass of the parser
+// with a handler that watches where documents start finds it before LoadAll runs.
+class DocumentStartWatch : public YAML::EventHandler {
+ public:
+  explicit DocumentStartWatch(const std::string& text) : text_(text) {}
+
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    if (previous_ && previous_->pos == mark.pos) {
+      const size_t at = static_cast<size_t>(std::max(mark.pos, 0));
+      std::string what = "a YAML document cannot start here";
+      if (at < text_.size() && std::isprint(static_cast<unsigned char>(text_[at])))
+        what += std::string(" (at '") + text_[at] + "')";
+      throw YamlError(mark, what);
+    }
+    previous_ = mark;
+  }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+
+ private:
+  const std::string& text_;
+  std::optional<YAML::Mark> previous_;
+};
+
+void CheckDocumentsAdvance(const std::string& text) {
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  DocumentStartWatch watch(text);
+  while (parser.HandleNextDocument(watch)) {
+  }
+}
+
 }  // namespace
 
 FileText ReadJobFile(const std::string& path) {
@@ -327,6 +374,7 @@ FileText ReadJobFile(const std::string& path) {
 ParsedYaml ParseYaml(const std::string& text) {
   ParsedYaml out;
   try {
+    CheckDocumentsAdvance(text);
     size_t budget = kMaxValues;
     for (const auto& doc : YAML::LoadAll(text)) {
       json j = ToJson(doc, &budget);

@@ -205,6 +205,26 @@ TEST(Codec, DeepNestingIsOneError) {
   EXPECT_NE(p.error.find("nested too deeply"), std::string::npos) << p.error;
 }
 
+// yaml-cpp 0.7's LoadAll alone never returns on these: it appends empty documents without
+// consuming the ',' until memory runs out (found by fuzzing `tessera validate`).
+TEST(Codec, ADocumentThatCannotStartIsOneErrorNotAnEndlessStream) {
+  for (const char* text : {",", "a: 1\n---\n,\n", "# comment\n  ,, x\n"}) {
+    ParsedYaml p = ParseYaml(text);
+    EXPECT_FALSE(p.ok()) << text;
+    EXPECT_NE(p.error.find("a YAML document cannot start here (at ',')"), std::string::npos)
+        << p.error;
+    EXPECT_TRUE(p.documents.empty());
+  }
+  EXPECT_EQ(ParseYaml(",").error, "line 1, column 1: a YAML document cannot start here (at ',')");
+  EXPECT_EQ(ParseYaml("a: 1\n---\n,\n").error.substr(0, 17), "line 3, column 1:");
+
+  // Empty documents between markers still read as nothing, and the rest as before.
+  ParsedYaml p = ParseYaml("---\n---\na: 1\n---\n...\n---\nb: [1, 2]\n");
+  ASSERT_TRUE(p.ok()) << p.error;
+  ASSERT_EQ(p.documents.size(), 2u);
+  EXPECT_EQ(p.documents[1]["b"], json({1, 2}));
+}
+
 TEST(Codec, QuotedNumberIsATypeError) {
   DecodeResult r = DecodeYaml(
       "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: x}\n"
