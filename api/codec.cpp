@@ -22,6 +22,7 @@
 #include <string_view>
 
 #include "api/schema.h"
+#include "api/utf8.h"
 
 namespace tessera::api {
 namespace {
@@ -373,6 +374,11 @@ FileText ReadJobFile(const std::string& path) {
 
 ParsedYaml ParseYaml(const std::string& text) {
   ParsedYaml out;
+  // yaml-cpp passes invalid UTF-8 through into strings, which JSON output cannot hold.
+  if (const auto bad = FirstInvalidUtf8(text)) {
+    out.error = InvalidUtf8Message(text, *bad);
+    return out;
+  }
   try {
     CheckDocumentsAdvance(text);
     size_t budget = kMaxValues;

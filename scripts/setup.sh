@@ -25,7 +25,7 @@ as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 # ---------------------------------------------------------------------------------------
 # 1. Debian packages
 APT_PACKAGES=(
-  build-essential cmake ninja-build pkg-config git clang clang-format libclang-rt-14-dev
+  build-essential cmake ninja-build pkg-config git clang clang-format libclang-rt-14-dev libomp-14-dev
   libcpprest-dev libssl-dev nlohmann-json3-dev libyaml-cpp-dev prometheus-cpp-dev libgloo-dev
   libopenblas-dev libcli11-dev libspdlog-dev libfmt-dev libgtest-dev libgmock-dev
   libbenchmark-dev prometheus python3 python3-torch python3-numpy curl jq openssl iproute2 procps

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <vector>
 
+#include "api/utf8.h"
 #include "worker/parallel/pipeline/schedule.h"
 #include "worker/train/digest.h"
 
@@ -192,6 +193,9 @@ const char* DecayName(Decay decay) {
 Status ParseTrainerConfigYaml(const std::string& yaml_text, const std::string& source,
                               TrainerConfig* out) {
   TrainerConfig c = *out;
+  // yaml-cpp passes invalid UTF-8 through into strings, which JSON output cannot hold.
+  if (const auto bad = api::FirstInvalidUtf8(yaml_text))
+    return BadConfig(fmt::format("{}: {}", source, api::InvalidUtf8Message(yaml_text, *bad)));
   try {
     const YAML::Node root = YAML::Load(yaml_text);
     if (Status st = ReadMap(root, "", TrainerFields(&c)); !st.ok())

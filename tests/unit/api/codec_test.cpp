@@ -3,6 +3,7 @@
 
 #include "api/codec.h"
 #include "api/schema.h"
+#include "api/utf8.h"
 #include "api/validate.h"
 
 namespace tessera::api {
@@ -223,6 +224,30 @@ TEST(Codec, ADocumentThatCannotStartIsOneErrorNotAnEndlessStream) {
   ASSERT_TRUE(p.ok()) << p.error;
   ASSERT_EQ(p.documents.size(), 2u);
   EXPECT_EQ(p.documents[1]["b"], json({1, 2}));
+}
+
+TEST(Utf8, FindsTheFirstInvalidByte) {
+  EXPECT_EQ(FirstInvalidUtf8(""), std::nullopt);
+  EXPECT_EQ(FirstInvalidUtf8("plain ascii\n"), std::nullopt);
+  EXPECT_EQ(FirstInvalidUtf8("caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80"), std::nullopt);
+  EXPECT_EQ(FirstInvalidUtf8("\xF4\x8F\xBF\xBF"), std::nullopt);  // U+10FFFF
+  EXPECT_EQ(FirstInvalidUtf8("ab\xFF"), 2u);                      // never in UTF-8
+  EXPECT_EQ(FirstInvalidUtf8("a\x80"), 1u);                       // continuation without lead
+  EXPECT_EQ(FirstInvalidUtf8("x\xC3"), 1u);                       // truncated at the end
+  EXPECT_EQ(FirstInvalidUtf8("\xC3("), 0u);                       // lead, then no continuation
+  EXPECT_EQ(FirstInvalidUtf8("\xC0\xAF"), 0u);                    // overlong '/'
+  EXPECT_EQ(FirstInvalidUtf8("\xE0\x80\xAF"), 0u);                // overlong, 3 bytes
+  EXPECT_EQ(FirstInvalidUtf8("\xED\xA0\x80"), 0u);                // a UTF-16 surrogate
+  EXPECT_EQ(FirstInvalidUtf8("\xF4\x90\x80\x80"), 0u);            // past U+10FFFF
+}
+
+// yaml-cpp copies such bytes into strings, and writing them as JSON then threw (found by
+// fuzzing `tessera plan -o json`).
+TEST(Codec, InvalidUtf8IsOneErrorNamingItsPlace) {
+  ParsedYaml p = ParseYaml("kind: TrainingJob\nmetadata: {name: \"x\xFFy\"}\n");
+  EXPECT_FALSE(p.ok());
+  EXPECT_EQ(p.error, "line 2, column 20: not valid UTF-8 (byte 0xFF); save the file as UTF-8");
+  EXPECT_TRUE(ParseYaml("metadata: {name: caf\xC3\xA9}\n").ok());
 }
 
 TEST(Codec, QuotedNumberIsATypeError) {

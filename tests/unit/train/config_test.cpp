@@ -107,6 +107,22 @@ TEST(TrainerConfig, OverrideWithBadYamlIsOneError) {
   EXPECT_EQ(ParseTrainerConfigYaml("? [a, b]\n: 1\n", "t.yaml", &c).exit_code(), 2);
 }
 
+// yaml-cpp copies such bytes into strings, and TrainerConfigYaml's JSON then threw (found by
+// fuzzing the worker's --config reader).
+TEST(TrainerConfig, InvalidUtf8IsOneErrorNamingItsPlace) {
+  TrainerConfig c;
+  Status st = ParseTrainerConfigYaml("seed: 3\ndata: {path: \"a\xFF\"}\n", "t.yaml", &c);
+  EXPECT_EQ(st.exit_code(), 2);
+  EXPECT_EQ(st.message(),
+            "t.yaml: line 2, column 16: not valid UTF-8 (byte 0xFF); save the file as UTF-8");
+  EXPECT_EQ(c.seed, TrainerConfig{}.seed);  // nothing taken from a refused file
+  st = ApplyTrainerConfigOverride("data.path=a\xC3", &c);
+  EXPECT_EQ(st.exit_code(), 2);
+  EXPECT_NE(st.message().find("not valid UTF-8"), std::string::npos) << st.message();
+  EXPECT_TRUE(ParseTrainerConfigYaml("data: {path: caf\xC3\xA9.txt}\n", "t.yaml", &c).ok());
+  EXPECT_EQ(c.data.path, "caf\xC3\xA9.txt");
+}
+
 TEST(TrainerConfig, ValidationNamesTheField) {
   struct Case {
     std::function<void(TrainerConfig&)> change;

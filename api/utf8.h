@@ -1,0 +1,65 @@
+// UTF-8 validity (RFC 3629: no overlong forms, no surrogates, nothing past U+10FFFF) for text
+// read from files that is later written out as JSON, which must be UTF-8: a job file, the
+// trainer's YAML. Header-only, so the worker's config reader uses it without linking the api.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace tessera::api {
+
+// The offset of the first byte that neither begins nor continues a valid UTF-8 sequence;
+// nullopt when all of `s` is valid.
+inline std::optional<size_t> FirstInvalidUtf8(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto lead = static_cast<uint8_t>(s[i]);
+    if (lead < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t length = 0;
+    uint32_t code = 0, least = 0;
+    if ((lead >> 5) == 0x6) {
+      length = 2, code = lead & 0x1F, least = 0x80;
+    } else if ((lead >> 4) == 0xE) {
+      length = 3, code = lead & 0x0F, least = 0x800;
+    } else if ((lead >> 3) == 0x1E) {
+      length = 4, code = lead & 0x07, least = 0x10000;
+    } else {
+      return i;  // a continuation byte without a lead, or 0xF8..0xFF
+    }
+    if (s.size() - i < length)
+      return i;
+    for (size_t k = 1; k < length; ++k) {
+      const auto next = static_cast<uint8_t>(s[i + k]);
+      if ((next & 0xC0) != 0x80)
+        return i;
+      code = (code << 6) | (next & 0x3F);
+    }
+    if (code < least || code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF))
+      return i;
+    i += length;
+  }
+  return std::nullopt;
+}
+
+// "line L, column C: not valid UTF-8 (byte 0xFF); save the file as UTF-8" for the byte at
+// `offset` of `s` (lines and columns from 1, columns in bytes).
+inline std::string InvalidUtf8Message(std::string_view s, size_t offset) {
+  size_t line = 1, line_start = 0;
+  for (size_t i = 0; i < offset && i < s.size(); ++i) {
+    if (s[i] == '\n')
+      ++line, line_start = i + 1;
+  }
+  static const char* kHex = "0123456789ABCDEF";
+  const auto byte = static_cast<uint8_t>(offset < s.size() ? s[offset] : 0);
+  return "line " + std::to_string(line) + ", column " + std::to_string(offset - line_start + 1) +
+         ": not valid UTF-8 (byte 0x" + kHex[byte >> 4] + kHex[byte & 0xF] +
+         "); save the file as UTF-8";
+}
+
+}  // namespace tessera::api
