@@ -28,6 +28,8 @@
 #include "worker/train/config.h"
 #include "worker/train/from_api.h"
 #include "worker/train/gpu_replica.h"
+#include "worker/train/memory.h"
+#include "worker/train/plan.h"
 #include "worker/train/trainer.h"
 
 namespace {
@@ -219,6 +221,43 @@ int RunRank(const std::string& config_path, const std::vector<std::string>& over
   return 0;
 }
 
+// The agent of a built-in trainer's pod, before it starts the ranks: they start together and
+// share the pod's memory, and each checks only its own share, so a pod whose ranks fit one by
+// one but not together is refused here (exit 2, naming the fields). What this cannot read — the
+// configuration, the environment — is left to the ranks and RunAgent, which report it.
+int CheckPodMemory(const std::string& config_path, const std::vector<std::string>& overrides) {
+  namespace train = tessera::train;
+  train::TrainerConfig config;
+  if (!train::LoadTrainerConfigOrJob(config_path, &config).ok())
+    return 0;
+  for (const std::string& assignment : overrides) {
+    if (!train::ApplyTrainerConfigOverride(assignment, &config).ok())
+      return 0;
+  }
+  int world = 1, node_rank = 0, procs = 1;
+  if (config.precision != train::Precision::kFp32 ||
+      !IntFromEnv("WORLD_SIZE", 1, 1 << 20, &world).ok() ||
+      !IntFromEnv("TESSERA_NODE_RANK", 0, 1 << 20, &node_rank).ok() ||
+      !IntFromEnv("TESSERA_PROCS_PER_NODE", 1, 1 << 20, &procs).ok() || procs <= 1 ||
+      static_cast<int64_t>(node_rank + 1) * procs > world) {
+    return 0;
+  }
+  const char* mesh_text = std::getenv("TESSERA_MESH");
+  std::string mesh_error;
+  const std::optional<tessera::comm::MeshShape> mesh = tessera::comm::MeshShape::Parse(
+      mesh_text != nullptr && *mesh_text != '\0' ? mesh_text : "data=1,pipeline=1,tensor=1",
+      &mesh_error);
+  train::TrainingPlan plan;
+  if (!mesh || !train::PlanTraining(config, world, mesh->pipeline, mesh->tensor, &plan).ok())
+    return 0;
+  const std::optional<int64_t> available = train::AvailableMemoryBytes();
+  if (!available)
+    return 0;
+  if (Status st = train::CheckPodFits(plan, node_rank * procs, procs, *available); !st.ok())
+    return Fail(st);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -289,6 +328,8 @@ int main(int argc, char** argv) {
         options.command.push_back("--threads");
         options.command.push_back(std::to_string(agent_threads));
       }
+      if (const int rc = CheckPodMemory(agent_config, agent_overrides); rc != 0)
+        return rc;
     } else {
       std::cerr << "tessera-worker agent: give --config FILE (the built-in trainer) or a "
                    "command after --\n";

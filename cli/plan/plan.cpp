@@ -81,12 +81,9 @@ struct JobPlan {
 
 // What the ranks of the worker that holds the most hold together.
 int64_t LargestWorkerBytes(const train::TrainingPlan& t, int procs_per_worker) {
-  std::vector<int64_t> per_worker(static_cast<size_t>(t.shape.world_size() / procs_per_worker), 0);
-  for (const Placement& r : Place(t.shape, procs_per_worker))
-    per_worker[static_cast<size_t>(r.worker)] += t.stages[r.at.pipeline].memory.total();
   int64_t most = 0;
-  for (int64_t bytes : per_worker)
-    most = std::max(most, bytes);
+  for (int first = 0; first < t.shape.world_size(); first += procs_per_worker)
+    most = std::max(most, t.ranks_bytes(first, procs_per_worker));
   return most;
 }
 

@@ -12,6 +12,8 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -54,7 +56,11 @@ std::optional<ProgressReport> ParseProgressJson(const std::string& body) {
     return std::nullopt;
   ProgressReport r;
   r.step = j["step"].get<int64_t>();
-  if (j.contains("totalSteps") && j["totalSteps"].is_number())
+  // An integer, as the trainer writes it; a float past int64's range would be undefined to
+  // convert.
+  if (j.contains("totalSteps") && j["totalSteps"].is_number_integer() &&
+      (!j["totalSteps"].is_number_unsigned() ||
+       std::in_range<int64_t>(j["totalSteps"].get<uint64_t>())))
     r.total_steps = j["totalSteps"].get<int64_t>();
   if (j.contains("loss") && j["loss"].is_number())
     r.loss = j["loss"].get<double>();

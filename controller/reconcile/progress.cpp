@@ -2,6 +2,8 @@
 
 #include <arpa/inet.h>
 
+#include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "controller/k8s/transport_cpprest.h"
@@ -46,7 +48,12 @@ std::optional<ProgressSample> ParseProgress(const nlohmann::json& body, int64_t 
     auto it = body.find(key);
     return it != body.end() && it->is_number() ? it->get<double>() : 0.0;
   };
-  s.detail.total_steps = static_cast<int64_t>(number("totalSteps"));
+  // An integer, as the trainer writes it; anything else (a float past int64's range would be
+  // undefined to convert) reads as unknown.
+  if (auto v = body.find("totalSteps");
+      v != body.end() && v->is_number_integer() &&
+      (!v->is_number_unsigned() || std::in_range<int64_t>(v->get<uint64_t>())))
+    s.detail.total_steps = v->get<int64_t>();
   s.detail.loss = number("loss");
   s.detail.tokens_per_second = number("tokensPerSecond");
   if (auto v = body.find("valLoss"); v != body.end() && v->is_number())

@@ -12,6 +12,8 @@
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <utility>
 
 #include "worker/train/digest.h"
 
@@ -171,22 +173,35 @@ nlohmann::json MetaToJson(const CheckpointMeta& m) {
   };
 }
 
+// An integer field: a float, or a value out of T's range, is refused (nlohmann's get<T> would
+// convert it, undefined for a float past T's range).
+template <typename T>
+T IntegerAt(const nlohmann::json& j, const char* key) {
+  const nlohmann::json& v = j.at(key);
+  if (v.is_number_unsigned() && std::in_range<T>(v.get<uint64_t>()))
+    return static_cast<T>(v.get<uint64_t>());
+  if (v.is_number_integer() && !v.is_number_unsigned() && std::in_range<T>(v.get<int64_t>()))
+    return static_cast<T>(v.get<int64_t>());
+  throw std::invalid_argument(fmt::format("{}: {} is not an integer in range", key, v.dump()));
+}
+
 void MetaFromJson(const nlohmann::json& j, CheckpointMeta* m) {
-  m->format = j.at("format").get<int>();
-  m->step = j.at("step").get<int64_t>();
+  m->format = IntegerAt<int>(j, "format");
+  m->step = IntegerAt<int64_t>(j, "step");
   m->config_hash = j.at("configHash").get<std::string>();
   m->config_json = j.at("config").dump();
   m->mesh = j.at("mesh").get<std::string>();
-  m->world_size = j.at("worldSize").get<int>();
+  m->world_size = IntegerAt<int>(j, "worldSize");
   const auto& c = j.at("dataCursor");
-  m->data_cursor.step = c.at("step").get<int64_t>();
-  m->data_cursor.samples_consumed = c.at("samplesConsumed").get<int64_t>();
-  m->data_cursor.epoch = c.at("epoch").get<int64_t>();
-  m->data_cursor.train_tokens = c.at("trainTokens").get<int64_t>();
-  m->rng_seed = j.at("rng").at("seed").get<uint64_t>();
-  m->rng_counter = j.at("rng").at("counter").get<int64_t>();
-  m->optimizer_steps = j.at("optimizer").at("steps").get<int64_t>();
-  m->zero_stage = j.at("optimizer").value("zeroStage", 0);
+  m->data_cursor.step = IntegerAt<int64_t>(c, "step");
+  m->data_cursor.samples_consumed = IntegerAt<int64_t>(c, "samplesConsumed");
+  m->data_cursor.epoch = IntegerAt<int64_t>(c, "epoch");
+  m->data_cursor.train_tokens = IntegerAt<int64_t>(c, "trainTokens");
+  m->rng_seed = IntegerAt<uint64_t>(j.at("rng"), "seed");
+  m->rng_counter = IntegerAt<int64_t>(j.at("rng"), "counter");
+  m->optimizer_steps = IntegerAt<int64_t>(j.at("optimizer"), "steps");
+  m->zero_stage =
+      j.at("optimizer").contains("zeroStage") ? IntegerAt<int>(j.at("optimizer"), "zeroStage") : 0;
   m->loss = j.at("loss").get<double>();
   m->val_loss.reset();
   if (j.contains("valLoss") && j.at("valLoss").is_number()) {
@@ -195,8 +210,8 @@ void MetaFromJson(const nlohmann::json& j, CheckpointMeta* m) {
   m->created_at = j.value("createdAt", "");
   m->files.clear();
   for (const auto& f : j.at("files")) {
-    m->files.push_back({f.at("name").get<std::string>(), f.at("rank").get<int>(),
-                        f.at("bytes").get<int64_t>(), f.at("sha256").get<std::string>()});
+    m->files.push_back({f.at("name").get<std::string>(), IntegerAt<int>(f, "rank"),
+                        IntegerAt<int64_t>(f, "bytes"), f.at("sha256").get<std::string>()});
   }
 }
 
@@ -359,6 +374,9 @@ Status CheckpointStore::ReadMeta(int64_t step, CheckpointMeta* out) const {
   try {
     MetaFromJson(nlohmann::json::parse(in), &meta);
   } catch (const nlohmann::json::exception& e) {
+    return CheckpointRefused(
+        fmt::format("{}: not a valid checkpoint description: {}", path.string(), e.what()));
+  } catch (const std::invalid_argument& e) {  // IntegerAt
     return CheckpointRefused(
         fmt::format("{}: not a valid checkpoint description: {}", path.string(), e.what()));
   }

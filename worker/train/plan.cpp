@@ -26,6 +26,13 @@ int64_t TrainingPlan::all_ranks_bytes() const {
   return sum * shape.data * shape.tensor;
 }
 
+int64_t TrainingPlan::ranks_bytes(int first, int count) const {
+  int64_t sum = 0;
+  for (int r = first; r < first + count; ++r)
+    sum += stages[static_cast<size_t>(shape.coords(r).pipeline)].memory.total();
+  return sum;
+}
+
 double FlopsPerToken(const model::GptConfig& config) {
   const int64_t whole = model::GptParameterCount(config);
   const int64_t wpe = static_cast<int64_t>(config.seq_len) * config.d_model;
@@ -132,6 +139,22 @@ Status CheckStageFits(const StagePlan& stage, int micro_batch, int seq_len, int6
       m.gpu && m.attention > 0
           ? ", or set TESSERA_ATTENTION=flash-mma2 (no seqLen x seqLen buffers)"
           : ""));
+}
+
+Status CheckPodFits(const TrainingPlan& plan, int first, int count, int64_t available) {
+  int64_t largest = 0;
+  for (int r = first; r < first + count; ++r)
+    largest = std::max(largest, plan.ranks_bytes(r, 1));
+  const int64_t together = plan.ranks_bytes(first, count);
+  if (count <= 1 || largest > available || together <= available || plan.stages[0].memory.gpu)
+    return Status::Ok();
+  return BadConfig(fmt::format(
+      "batch.global, model.seqLen: the {} ranks of this pod (ranks {} to {}) need {} together "
+      "(the largest {}), but {} of memory is available to the pod; lower batch.global or "
+      "model.seqLen, raise batch.microBatches, or run fewer ranks a pod (procsPerWorker) or "
+      "give the pod more memory (tessera plan shows every rank's figures)",
+      count, first, first + count - 1, FormatBytes(together), FormatBytes(largest),
+      FormatBytes(available)));
 }
 
 std::string FormatBytes(int64_t bytes) {

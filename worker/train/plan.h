@@ -57,6 +57,9 @@ struct TrainingPlan {
   // The most any one rank holds, and what all ranks hold together (ranks on one machine).
   int64_t largest_rank_bytes() const;
   int64_t all_ranks_bytes() const;
+  // What ranks [first, first + count) hold together: the ranks of one pod (worker), which
+  // share its memory.
+  int64_t ranks_bytes(int first, int count) const;
 };
 
 // Matrix-multiply FLOPs per trained token of the whole model, forward and backward: 6 per
@@ -80,6 +83,12 @@ Status PlanTraining(const TrainerConfig& config, int world_size, int pipeline, i
 // attention.
 Status CheckStageFits(const StagePlan& stage, int micro_batch, int seq_len, int64_t available,
                       const std::string& where);
+
+// kBadConfig when the `count` ranks from `first` — one pod's ranks, started together by its
+// agent — need more than `available` bytes together although each fits alone (a rank that does
+// not fit alone is its own CheckStageFits' to report, on that rank); Ok otherwise. fp32 only: a
+// bf16 rank has a GPU of its own.
+Status CheckPodFits(const TrainingPlan& plan, int first, int count, int64_t available);
 
 // "1.5 GiB", "312.0 MiB", "4.0 KiB", "12 B": binary units, one decimal.
 std::string FormatBytes(int64_t bytes);

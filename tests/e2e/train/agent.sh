@@ -51,6 +51,41 @@ TESSERA_TERMINATION_MESSAGE_PATH=$WORK/termination-log "$WORKER" agent --config 
 [[ $rc == 2 ]] || fail "a refused configuration: the agent exited $rc, want 2"
 grep -q "^batch.global, model.seqLen: this rank needs at least" "$WORK/termination-log" ||
   fail "termination message: '$(cat "$WORK/termination-log")'"
+# A pod whose ranks fit one by one but not together: the agent refuses it before starting any
+# (each rank checks only its own share). Sized from this machine: a rank of about 2 GiB (one
+# sequence of 8192 tokens), and enough of them for 1.3 times the memory available.
+cat >"$WORK/pod.yaml" <<YAML
+apiVersion: tessera.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: pod-memory}
+spec:
+  workers: 1
+  procsPerWorker: 2
+  parallelism: {data: 2}
+  trainer:
+    model: {layers: 2, dModel: 32, heads: 4, seqLen: 8192, vocab: 256}
+    data: {path: $SRC/data/tinyshakespeare.txt}
+    batch: {global: 2}
+    schedule: {steps: 2}
+YAML
+read -r rank_bytes available < <("$(dirname "$WORKER")/tessera" plan "$WORK/pod.yaml" -o json |
+  python3 -c 'import json, sys; m = json.load(sys.stdin)["trainer"]["memory"]; print(m["largestRank"], m["available"] or 0)')
+ranks=$(python3 -c "import math; print(math.ceil(1.3 * $available / $rank_bytes))")
+if (( available == 0 || ranks > 64 || 2 * rank_bytes > available )); then
+  echo "skipping the pod memory case: ${available} bytes available, ranks of ${rank_bytes}"
+else
+  : >"$WORK/termination-log"
+  rc=0
+  TESSERA_TERMINATION_MESSAGE_PATH=$WORK/termination-log WORLD_SIZE=$ranks \
+    TESSERA_PROCS_PER_NODE=$ranks TESSERA_MESH=data=$ranks,pipeline=1,tensor=1 \
+    "$WORKER" agent --config "$WORK/pod.yaml" --set batch.global=$ranks --threads 1 \
+    >"$WORK/pod.txt" 2>&1 || rc=$?
+  cat "$WORK/pod.txt"
+  [[ $rc == 2 ]] || fail "a pod too big for the memory: the agent exited $rc, want 2"
+  grep -q "^batch.global, model.seqLen: the $ranks ranks of this pod (ranks 0 to $((ranks - 1))) need" \
+    "$WORK/termination-log" || fail "termination message: '$(cat "$WORK/termination-log")'"
+  ! grep -q "started rank" "$WORK/pod.txt" || fail "ranks were started"
+fi
 left=$(grep -l "AGENT_E2E_MARKER=$marker" /proc/[0-9]*/environ 2>/dev/null || true)
 [[ -z $left ]] || fail "processes survived the agent: $left"
 echo PASS

@@ -125,6 +125,14 @@ TEST(ProgressPoller, ParsesTheTrainerJson) {
   EXPECT_FALSE(ParseProgress({{"step", "x"}}, 0).has_value());
   EXPECT_FALSE(ParseProgress({{"step", -1}}, 0).has_value());
   EXPECT_FALSE(ParseProgress(nlohmann::json::array(), 0).has_value());
+  // A pod's body is not trusted: a total that is not an int64 is unknown (converting 2e80 was
+  // undefined; found by fuzzing).
+  for (const nlohmann::json& total :
+       {nlohmann::json(2.001e80), nlohmann::json(UINT64_MAX), nlohmann::json(12.5)}) {
+    s = ParseProgress({{"step", 42}, {"totalSteps", total}}, 3);
+    ASSERT_TRUE(s.has_value()) << total;
+    EXPECT_EQ(s->detail.total_steps, 0) << total;
+  }
 }
 
 TEST(IsLoopbackAddress, Table) {

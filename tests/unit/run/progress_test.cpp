@@ -30,6 +30,17 @@ TEST(ProgressJson, RefusesWhatIsNotAProgressDocument) {
   }
 }
 
+// Converting a float past int64's range was undefined (found by fuzzing the readers).
+TEST(ProgressJson, TotalStepsIsAnIntegerOrUnknown) {
+  for (const char* total : {"2.001e+80", "18446744073709551615", "12.5"}) {
+    const auto r = ParseProgressJson(std::string(R"({"step": 3, "totalSteps": )") + total + "}");
+    ASSERT_TRUE(r.has_value()) << total;
+    EXPECT_EQ(r->total_steps, 0) << total;
+  }
+  EXPECT_EQ(ParseProgressJson(R"({"step": 3, "totalSteps": 9007199254740993})")->total_steps,
+            9007199254740993);
+}
+
 TEST(ProgressFetch, NothingListeningIsAbsentNotAHang) {
   // Port 1 on loopback is never a trainer; the call must come back with nothing.
   EXPECT_FALSE(FetchProgress(1, 200).has_value());

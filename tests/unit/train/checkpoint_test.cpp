@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <filesystem>
 #include <fstream>
 
@@ -88,6 +90,12 @@ TEST_F(CheckpointTest, CorruptShardIsRefusedNamingTheFile) {
   EXPECT_NE(st.message().find("sha256"), std::string::npos) << st.message();
 }
 
+void EditMeta(const fs::path& dir, const std::function<void(nlohmann::json&)>& edit) {
+  nlohmann::json j = nlohmann::json::parse(std::ifstream(dir / "meta.json"));
+  edit(j);
+  std::ofstream(dir / "meta.json") << j.dump();
+}
+
 TEST_F(CheckpointTest, DamagedMetaOrFilesAreRefused) {
   struct Case {
     const char* name;
@@ -99,6 +107,15 @@ TEST_F(CheckpointTest, DamagedMetaOrFilesAreRefused) {
        "missing"},
       {"meta garbled", [](const fs::path& d) { std::ofstream(d / "meta.json") << "{\"step\": 3,"; },
        "meta.json", "not a valid"},
+      // Converting these to int was undefined (found by fuzzing meta.json).
+      {"format a huge float",
+       [](const fs::path& d) { EditMeta(d, [](nlohmann::json& j) { j["format"] = 1.1e36; }); },
+       "meta.json", "format: 1.1e+36 is not an integer in range"},
+      {"world size past int",
+       [](const fs::path& d) {
+         EditMeta(d, [](nlohmann::json& j) { j["worldSize"] = int64_t{1} << 40; });
+       },
+       "meta.json", "worldSize: 1099511627776 is not an integer in range"},
       {"shard truncated", [](const fs::path& d) { fs::resize_file(d / "rank-00000.bin", 10); },
        "rank-00000.bin", "bytes"},
       {"shard removed", [](const fs::path& d) { fs::remove(d / "rank-00000.bin"); },

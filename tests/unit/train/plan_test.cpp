@@ -231,6 +231,42 @@ TEST(TrainingPlan, CheckStageFitsNamesTheFieldsAndTheFigures) {
   EXPECT_EQ(st.message().find("TESSERA_ATTENTION"), std::string::npos) << st.message();
 }
 
+// A pod's ranks start together and share its memory (the agent checks them before starting
+// any): refused when they fit one by one but not together; a rank that does not fit alone is
+// left to its own check.
+TEST(TrainingPlan, CheckPodFitsAddsThePodsRanks) {
+  TrainerConfig c = Config(2, 2, 2);
+  TrainingPlan plan;
+  ASSERT_TRUE(PlanTraining(c, 8, /*pipeline=*/2, /*tensor=*/2, &plan).ok());
+  // Ranks 0-3: data 0, stage 0 (two tensor ranks), then stage 1; the stages differ.
+  const int64_t s0 = plan.stages[0].memory.total(), s1 = plan.stages[1].memory.total();
+  ASSERT_NE(s0, s1);
+  EXPECT_EQ(plan.ranks_bytes(0, 4), 2 * s0 + 2 * s1);
+  EXPECT_EQ(plan.ranks_bytes(2, 1), s1);
+  EXPECT_EQ(plan.ranks_bytes(0, 8), plan.all_ranks_bytes());
+
+  const int64_t together = 2 * s0 + 2 * s1, largest = std::max(s0, s1);
+  EXPECT_TRUE(CheckPodFits(plan, 0, 4, together).ok());
+  EXPECT_TRUE(CheckPodFits(plan, 0, 4, largest - 1).ok());  // the rank's own check says it
+  EXPECT_TRUE(CheckPodFits(plan, 2, 1, 0).ok());            // one rank: its own check
+  const Status st = CheckPodFits(plan, 4, 4, together - 1);
+  EXPECT_EQ(st.exit_code(), 2);
+  EXPECT_EQ(st.message().rfind("batch.global, model.seqLen: the 4 ranks of this pod (ranks 4 to 7) "
+                               "need " +
+                                   FormatBytes(together) + " together (the largest " +
+                                   FormatBytes(largest) + "), but " + FormatBytes(together - 1) +
+                                   " of memory is available",
+                               0),
+            0u)
+      << st.message();
+  EXPECT_NE(st.message().find("procsPerWorker"), std::string::npos);
+
+  // A GPU job's ranks each have a device of their own.
+  c.precision = Precision::kBf16;
+  ASSERT_TRUE(PlanTraining(c, 2, 1, 1, &plan).ok());
+  EXPECT_TRUE(CheckPodFits(plan, 0, 2, plan.largest_rank_bytes()).ok());
+}
+
 TEST(FormatBytes, BinaryUnits) {
   EXPECT_EQ(FormatBytes(12), "12 B");
   EXPECT_EQ(FormatBytes(4096), "4.0 KiB");
