@@ -1,10 +1,13 @@
 #include "cli/run/set_override.h"
 
+#include <fmt/format.h>
+
 #include <cctype>
 #include <variant>
 #include <vector>
 
 #include "api/codec.h"
+#include "api/utf8.h"
 
 namespace tessera::cli {
 namespace {
@@ -62,6 +65,12 @@ std::vector<Step> ParsePath(const std::string& path, std::string* error) {
 
 std::string ApplySetOverride(const std::string& assignment, nlohmann::json* document) {
   const std::string where = "--set " + assignment;
+  // A path or value that is not UTF-8 would reach the job's JSON, which cannot hold it.
+  if (const auto bad = api::FirstInvalidUtf8(assignment)) {
+    return fmt::format("--set {}...: byte {} (0x{:02X}) is not valid UTF-8",
+                       assignment.substr(0, *bad), *bad + 1,
+                       static_cast<unsigned char>(assignment[*bad]));
+  }
   const size_t eq = assignment.find('=');
   if (eq == std::string::npos) {
     return where + ": expected path=value, e.g. spec.trainer.schedule.steps=50";

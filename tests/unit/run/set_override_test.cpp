@@ -69,7 +69,12 @@ INSTANTIATE_TEST_SUITE_P(
                     BadCase{"spec.template.spec.containers[5].name=a", "past the end"},
                     BadCase{"spec.workers.count=1", "not an object"},
                     BadCase{"spec.trainer[0]=1", "not a list"},
-                    BadCase{"spec.workers=[1, 2", "not valid YAML"}));
+                    BadCase{"spec.workers=[1, 2", "not valid YAML"},
+                    // A key the schema does not check (the pod template) reached the job's JSON,
+                    // which cannot hold it (found by fuzzing).
+                    BadCase{"template.spec.x\xFFy=1",
+                            "--set template.spec.x...: byte 16 (0xFF) is not valid UTF-8"},
+                    BadCase{"spec.trainer.data.path=a\xC3", "byte 25 (0xC3) is not valid UTF-8"}));
 
 }  // namespace
 }  // namespace tessera::cli
