@@ -375,8 +375,8 @@ FileText ReadJobFile(const std::string& path) {
 ParsedYaml ParseYaml(const std::string& text) {
   ParsedYaml out;
   // yaml-cpp passes invalid UTF-8 through into strings, which JSON output cannot hold.
-  if (const auto bad = FirstInvalidUtf8(text)) {
-    out.error = InvalidUtf8Message(text, *bad);
+  if (const auto bad = FirstNonTextByte(text)) {
+    out.error = NonTextMessage(text, *bad);
     return out;
   }
   try {

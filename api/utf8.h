@@ -1,6 +1,7 @@
 // UTF-8 validity (RFC 3629: no overlong forms, no surrogates, nothing past U+10FFFF) for text
 // read from files that is later written out as JSON, which must be UTF-8: a job file, the
-// trainer's YAML. Header-only, so the worker's config reader uses it without linking the api.
+// trainer's YAML, a --set assignment. Header-only, so the worker's config reader uses it without
+// linking the api.
 #pragma once
 
 #include <cstddef>
@@ -47,9 +48,23 @@ inline std::optional<size_t> FirstInvalidUtf8(std::string_view s) {
   return std::nullopt;
 }
 
-// "line L, column C: not valid UTF-8 (byte 0xFF); save the file as UTF-8" for the byte at
+// The offset of the first byte that keeps `s` from being YAML text as Tessera reads it: UTF-8
+// without NUL bytes. YAML allows no NUL, and yaml-cpp takes NULs among the first bytes for
+// UTF-16 or UTF-32 ("!\0\0\0..." reads as UTF-32LE), turning the rest into other characters
+// altogether, some not even Unicode.
+inline std::optional<size_t> FirstNonTextByte(std::string_view s) {
+  const size_t nul = s.find('\0');
+  const std::optional<size_t> bad = FirstInvalidUtf8(s.substr(0, nul));
+  if (bad)
+    return bad;
+  if (nul != std::string_view::npos)
+    return nul;
+  return std::nullopt;
+}
+
+// "line L, column C: not UTF-8 text (byte 0xFF); save the file as UTF-8" for the byte at
 // `offset` of `s` (lines and columns from 1, columns in bytes).
-inline std::string InvalidUtf8Message(std::string_view s, size_t offset) {
+inline std::string NonTextMessage(std::string_view s, size_t offset) {
   size_t line = 1, line_start = 0;
   for (size_t i = 0; i < offset && i < s.size(); ++i) {
     if (s[i] == '\n')
@@ -58,7 +73,7 @@ inline std::string InvalidUtf8Message(std::string_view s, size_t offset) {
   static const char* kHex = "0123456789ABCDEF";
   const auto byte = static_cast<uint8_t>(offset < s.size() ? s[offset] : 0);
   return "line " + std::to_string(line) + ", column " + std::to_string(offset - line_start + 1) +
-         ": not valid UTF-8 (byte 0x" + kHex[byte >> 4] + kHex[byte & 0xF] +
+         ": not UTF-8 text (byte 0x" + kHex[byte >> 4] + kHex[byte & 0xF] +
          "); save the file as UTF-8";
 }
 

@@ -66,8 +66,8 @@ std::vector<Step> ParsePath(const std::string& path, std::string* error) {
 std::string ApplySetOverride(const std::string& assignment, nlohmann::json* document) {
   const std::string where = "--set " + assignment;
   // A path or value that is not UTF-8 would reach the job's JSON, which cannot hold it.
-  if (const auto bad = api::FirstInvalidUtf8(assignment)) {
-    return fmt::format("--set {}...: byte {} (0x{:02X}) is not valid UTF-8",
+  if (const auto bad = api::FirstNonTextByte(assignment)) {
+    return fmt::format("--set {}...: byte {} (0x{:02X}) is not UTF-8 text",
                        assignment.substr(0, *bad), *bad + 1,
                        static_cast<unsigned char>(assignment[*bad]));
   }

@@ -194,8 +194,8 @@ Status ParseTrainerConfigYaml(const std::string& yaml_text, const std::string& s
                               TrainerConfig* out) {
   TrainerConfig c = *out;
   // yaml-cpp passes invalid UTF-8 through into strings, which JSON output cannot hold.
-  if (const auto bad = api::FirstInvalidUtf8(yaml_text))
-    return BadConfig(fmt::format("{}: {}", source, api::InvalidUtf8Message(yaml_text, *bad)));
+  if (const auto bad = api::FirstNonTextByte(yaml_text))
+    return BadConfig(fmt::format("{}: {}", source, api::NonTextMessage(yaml_text, *bad)));
   try {
     const YAML::Node root = YAML::Load(yaml_text);
     if (Status st = ReadMap(root, "", TrainerFields(&c)); !st.ok())

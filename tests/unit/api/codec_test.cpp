@@ -246,8 +246,15 @@ TEST(Utf8, FindsTheFirstInvalidByte) {
 TEST(Codec, InvalidUtf8IsOneErrorNamingItsPlace) {
   ParsedYaml p = ParseYaml("kind: TrainingJob\nmetadata: {name: \"x\xFFy\"}\n");
   EXPECT_FALSE(p.ok());
-  EXPECT_EQ(p.error, "line 2, column 20: not valid UTF-8 (byte 0xFF); save the file as UTF-8");
+  EXPECT_EQ(p.error, "line 2, column 20: not UTF-8 text (byte 0xFF); save the file as UTF-8");
   EXPECT_TRUE(ParseYaml("metadata: {name: caf\xC3\xA9}\n").ok());
+  // A NUL: yaml-cpp read "!\0\0\0..." as UTF-32LE and made "image=x4" into bytes that are not
+  // UTF-8 at all (found by fuzzing --set values).
+  p = ParseYaml(std::string("!\0\0\0image=x4", 12));
+  EXPECT_EQ(p.error, "line 1, column 2: not UTF-8 text (byte 0x00); save the file as UTF-8");
+  EXPECT_EQ(FirstNonTextByte(std::string("ab\0\xFF", 4)), 2u);
+  EXPECT_EQ(FirstNonTextByte(std::string("a\xFF\0", 3)), 1u);
+  EXPECT_EQ(FirstNonTextByte("caf\xC3\xA9"), std::nullopt);
 }
 
 TEST(Codec, QuotedNumberIsATypeError) {

@@ -73,8 +73,8 @@ INSTANTIATE_TEST_SUITE_P(
                     // A key the schema does not check (the pod template) reached the job's JSON,
                     // which cannot hold it (found by fuzzing).
                     BadCase{"template.spec.x\xFFy=1",
-                            "--set template.spec.x...: byte 16 (0xFF) is not valid UTF-8"},
-                    BadCase{"spec.trainer.data.path=a\xC3", "byte 25 (0xC3) is not valid UTF-8"}));
+                            "--set template.spec.x...: byte 16 (0xFF) is not UTF-8 text"},
+                    BadCase{"spec.trainer.data.path=a\xC3", "byte 25 (0xC3) is not UTF-8 text"}));
 
 }  // namespace
 }  // namespace tessera::cli

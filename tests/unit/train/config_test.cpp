@@ -114,11 +114,11 @@ TEST(TrainerConfig, InvalidUtf8IsOneErrorNamingItsPlace) {
   Status st = ParseTrainerConfigYaml("seed: 3\ndata: {path: \"a\xFF\"}\n", "t.yaml", &c);
   EXPECT_EQ(st.exit_code(), 2);
   EXPECT_EQ(st.message(),
-            "t.yaml: line 2, column 16: not valid UTF-8 (byte 0xFF); save the file as UTF-8");
+            "t.yaml: line 2, column 16: not UTF-8 text (byte 0xFF); save the file as UTF-8");
   EXPECT_EQ(c.seed, TrainerConfig{}.seed);  // nothing taken from a refused file
   st = ApplyTrainerConfigOverride("data.path=a\xC3", &c);
   EXPECT_EQ(st.exit_code(), 2);
-  EXPECT_NE(st.message().find("not valid UTF-8"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("not UTF-8 text"), std::string::npos) << st.message();
   EXPECT_TRUE(ParseTrainerConfigYaml("data: {path: caf\xC3\xA9.txt}\n", "t.yaml", &c).ok());
   EXPECT_EQ(c.data.path, "caf\xC3\xA9.txt");
 }
