@@ -234,21 +234,21 @@ int CheckPodMemory(const std::string& config_path, const std::vector<std::string
     if (!train::ApplyTrainerConfigOverride(assignment, &config).ok())
       return 0;
   }
-  int world = 1, node_rank = 0, procs = 1;
-  if (config.precision != train::Precision::kFp32 ||
-      !IntFromEnv("WORLD_SIZE", 1, 1 << 20, &world).ok() ||
+  // WORLD_SIZE and TESSERA_MESH as each rank reads them; RANK is not set in the agent.
+  train::RankContext rank;
+  int node_rank = 0, procs = 1;
+  if (config.precision != train::Precision::kFp32 || !ApplyEnvironment(&config, &rank).ok() ||
       !IntFromEnv("TESSERA_NODE_RANK", 0, 1 << 20, &node_rank).ok() ||
       !IntFromEnv("TESSERA_PROCS_PER_NODE", 1, 1 << 20, &procs).ok() || procs <= 1 ||
-      static_cast<int64_t>(node_rank + 1) * procs > world) {
+      static_cast<int64_t>(node_rank + 1) * procs > rank.world_size) {
     return 0;
   }
-  const char* mesh_text = std::getenv("TESSERA_MESH");
   std::string mesh_error;
-  const std::optional<tessera::comm::MeshShape> mesh = tessera::comm::MeshShape::Parse(
-      mesh_text != nullptr && *mesh_text != '\0' ? mesh_text : "data=1,pipeline=1,tensor=1",
-      &mesh_error);
+  const std::optional<tessera::comm::MeshShape> mesh =
+      tessera::comm::MeshShape::Parse(rank.mesh, &mesh_error);
   train::TrainingPlan plan;
-  if (!mesh || !train::PlanTraining(config, world, mesh->pipeline, mesh->tensor, &plan).ok())
+  if (!mesh ||
+      !train::PlanTraining(config, rank.world_size, mesh->pipeline, mesh->tensor, &plan).ok())
     return 0;
   const std::optional<int64_t> available = train::AvailableMemoryBytes();
   if (!available)
