@@ -1,7 +1,7 @@
 // UTF-8 validity (RFC 3629: no overlong forms, no surrogates, nothing past U+10FFFF) for text
 // read from files that is later written out as JSON, which must be UTF-8: a job file, the
-// trainer's YAML, a --set assignment. Header-only, so the worker's config reader uses it without
-// linking the api.
+// trainer's YAML, a --set assignment, an error body quoted in a status message. Header-only, so the
+// worker's config reader uses it without linking the api.
 #pragma once
 
 #include <cstddef>
@@ -46,6 +46,24 @@ inline std::optional<size_t> FirstInvalidUtf8(std::string_view s) {
     i += length;
   }
   return std::nullopt;
+}
+
+// The first `max_bytes` bytes of `s` with every byte that is not part of a valid UTF-8
+// sequence (a sequence cut at the end included) replaced by '?': text from elsewhere, such as
+// a server's error body, made safe to quote in JSON.
+inline std::string ValidUtf8Prefix(std::string_view s, size_t max_bytes = std::string_view::npos) {
+  s = s.substr(0, max_bytes);
+  std::string out;
+  out.reserve(s.size());
+  while (!s.empty()) {
+    const std::optional<size_t> bad = FirstInvalidUtf8(s);
+    out.append(s.substr(0, bad.value_or(s.size())));
+    if (!bad)
+      break;
+    out.push_back('?');
+    s.remove_prefix(*bad + 1);
+  }
+  return out;
 }
 
 // The offset of the first byte that keeps `s` from being YAML text as Tessera reads it: UTF-8

@@ -13,9 +13,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <string_view>
 #include <utility>
-
-#include <nlohmann/json.hpp>
 
 namespace tessera::cli {
 namespace {
@@ -50,33 +49,12 @@ std::string CompactRate(double per_second) {
 
 }  // namespace
 
-std::optional<ProgressReport> ParseProgressJson(const std::string& body) {
-  const nlohmann::json j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object() || !j.contains("step") || !j["step"].is_number_integer())
-    return std::nullopt;
-  ProgressReport r;
-  r.step = j["step"].get<int64_t>();
-  // An integer, as the trainer writes it; a float past int64's range would be undefined to
-  // convert.
-  if (j.contains("totalSteps") && j["totalSteps"].is_number_integer() &&
-      (!j["totalSteps"].is_number_unsigned() ||
-       std::in_range<int64_t>(j["totalSteps"].get<uint64_t>())))
-    r.total_steps = j["totalSteps"].get<int64_t>();
-  if (j.contains("loss") && j["loss"].is_number())
-    r.loss = j["loss"].get<double>();
-  if (j.contains("valLoss") && j["valLoss"].is_number())
-    r.val_loss = j["valLoss"].get<double>();
-  if (j.contains("tokensPerSecond") && j["tokensPerSecond"].is_number())
-    r.tokens_per_second = j["tokensPerSecond"].get<double>();
-  return r;
-}
-
-std::optional<ProgressReport> FetchProgress(int port, int timeout_ms) {
+std::optional<api::ProgressDocument> FetchProgress(int port, int timeout_ms) {
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0)
     return std::nullopt;
-  std::optional<ProgressReport> result;
+  std::optional<api::ProgressDocument> result;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -109,7 +87,7 @@ std::optional<ProgressReport> FetchProgress(int port, int timeout_ms) {
     const size_t body = response.find("\r\n\r\n");
     if (response.rfind("HTTP/1.", 0) == 0 && response.find(" 200") == response.find(' ') &&
         body != std::string::npos) {
-      result = ParseProgressJson(response.substr(body + 4));
+      result = api::DecodeProgressJson(std::string_view(response).substr(body + 4));
     }
   }
   ::close(fd);
@@ -124,7 +102,7 @@ std::string FormatDuration(double seconds) {
 }
 
 std::string FormatProgressBar(const ProgressView& view, int width) {
-  const ProgressReport& r = view.report;
+  const api::ProgressDocument& r = view.report;
   std::string figures =
       fmt::format("{:>{}}/{}", r.step, std::to_string(r.total_steps).size(), r.total_steps);
   figures += fmt::format("  loss {:.4f}", r.loss);
@@ -145,7 +123,7 @@ std::string FormatProgressBar(const ProgressView& view, int width) {
 }
 
 std::string FormatProgressLine(const ProgressView& view) {
-  const ProgressReport& r = view.report;
+  const api::ProgressDocument& r = view.report;
   std::string line = fmt::format("step {}/{} loss {:.4f}", r.step, r.total_steps, r.loss);
   if (r.val_loss)
     line += fmt::format(" val_loss {:.4f}", *r.val_loss);

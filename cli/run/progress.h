@@ -6,27 +6,17 @@
 #include <optional>
 #include <string>
 
+#include "api/progress.h"
+
 namespace tessera::cli {
-
-// The trainer's /progress document (worker/train/metrics.h).
-struct ProgressReport {
-  int64_t step = 0;
-  int64_t total_steps = 0;
-  double loss = 0;
-  std::optional<double> val_loss;
-  double tokens_per_second = 0;
-};
-
-// Parses a /progress JSON body; absent when it is not one.
-std::optional<ProgressReport> ParseProgressJson(const std::string& body);
 
 // GET http://127.0.0.1:<port>/progress, giving up after `timeout_ms` in total. Absent when
 // nothing answered in time or the answer was not a progress document.
-std::optional<ProgressReport> FetchProgress(int port, int timeout_ms);
+std::optional<api::ProgressDocument> FetchProgress(int port, int timeout_ms);
 
 // What the progress line shows.
 struct ProgressView {
-  ProgressReport report;
+  api::ProgressDocument report;
   std::optional<double> eta_seconds;  // absent until a step rate is known
   int64_t attempt = 0;
   int64_t restarts = 0;

@@ -245,7 +245,7 @@ class LocalRun {
   std::vector<pid_t> all_groups_;  // every rank's process group, of every attempt
   Clock::time_point started_ = Clock::now();
   // Rank 0's /progress: the latest report, and for the ETA the first report of the attempt.
-  std::optional<ProgressReport> progress_;
+  std::optional<api::ProgressDocument> progress_;
   int64_t progress_attempt_ = -1;
   std::optional<std::pair<Clock::time_point, int64_t>> rate_origin_;
   Clock::time_point next_poll_ = Clock::now();
@@ -343,7 +343,8 @@ void LocalRun::PollProgress() {
     return;
   }
   const LocalWorker& zero = it->second;
-  const std::optional<ProgressReport> report = FetchProgress(zero.ranks[0].metrics_port, 500);
+  const std::optional<api::ProgressDocument> report =
+      FetchProgress(zero.ranks[0].metrics_port, 500);
   if (!report)
     return;
   if (progress_attempt_ != zero.attempt) {

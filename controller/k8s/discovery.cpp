@@ -1,5 +1,7 @@
 #include "controller/k8s/discovery.h"
 
+#include "controller/k8s/object.h"
+
 namespace tessera::k8s {
 namespace {
 
@@ -7,7 +9,7 @@ bool Lists(const Json& resources, const std::string& resource) {
   if (!resources.is_array())
     return false;
   for (const Json& r : resources) {
-    if (r.is_object() && r.value("name", "") == resource)
+    if (StringAt(r, "name") == resource)
       return true;
   }
   return false;
@@ -32,7 +34,8 @@ Result<bool> Discovery::Serves(const std::string& group, const std::string& vers
   auto list = client_.Discover(group, version);
   Json resources;
   if (list.ok()) {
-    resources = list->value("resources", Json::array());
+    if (auto it = list->find("resources"); it != list->end() && it->is_array())
+      resources = std::move(*it);
   } else if (!list.error().IsNotFound()) {
     return list.error();
   }

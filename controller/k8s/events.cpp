@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "controller/k8s/micro_time.h"
+#include "controller/k8s/object.h"
 
 namespace tessera::k8s {
 
@@ -15,9 +16,9 @@ EventRecorder::EventRecorder(RestClient& client, EventRecorderOptions options)
 
 Json EventRecorder::Build(const Json& regarding, const std::string& type, const std::string& reason,
                           const std::string& action, const std::string& note) const {
-  const Json& meta = regarding.value("metadata", Json::object());
-  std::string ns = meta.value("namespace", "");
-  std::string name = meta.value("name", "");
+  const Json& meta = Metadata(regarding);
+  std::string ns = StringAt(meta, "namespace");
+  std::string name = StringAt(meta, "name");
   // Unique, like client-go's "<name>.<hex timestamp>": time in ns plus a process counter.
   static std::atomic<uint64_t> counter{0};
   auto now = std::chrono::system_clock::now();
@@ -26,8 +27,8 @@ Json EventRecorder::Build(const Json& regarding, const std::string& type, const 
   char suffix[40];
   std::snprintf(suffix, sizeof(suffix), "%llx", static_cast<unsigned long long>(stamp + counter++));
 
-  Json ref = {{"apiVersion", regarding.value("apiVersion", "")},
-              {"kind", regarding.value("kind", "")},
+  Json ref = {{"apiVersion", StringAt(regarding, "apiVersion")},
+              {"kind", StringAt(regarding, "kind")},
               {"name", name}};
   if (!ns.empty())
     ref["namespace"] = ns;

@@ -1,11 +1,12 @@
 #include "controller/k8s/informer.h"
 
+#include "controller/k8s/object.h"
+
 namespace tessera::k8s {
 
 std::string KeyOf(const Json& object) {
-  const Json& meta = object.value("metadata", Json::object());
-  std::string ns = meta.value("namespace", "");
-  std::string name = meta.value("name", "");
+  const std::string ns = MetaString(object, "namespace");
+  const std::string name = MetaString(object, "name");
   return ns.empty() ? name : ns + "/" + name;
 }
 
@@ -16,12 +17,12 @@ void StripManagedFields(Json& object) {
 }
 
 static std::string ResourceVersionOf(const Json& object) {
-  return object.value("metadata", Json::object()).value("resourceVersion", "");
+  return MetaString(object, "resourceVersion");
 }
 
 IndexFunc IndexByLabel(std::string key) {
   return [key](const Json& object) -> std::vector<std::string> {
-    const Json& labels = object.value("metadata", Json::object()).value("labels", Json::object());
+    const Json& labels = ObjectAt(Metadata(object), "labels");
     auto it = labels.find(key);
     if (it == labels.end() || !it->is_string())
       return {};
@@ -32,11 +33,12 @@ IndexFunc IndexByLabel(std::string key) {
 IndexFunc IndexByOwnerUid() {
   return [](const Json& object) {
     std::vector<std::string> uids;
-    const Json& owners =
-        object.value("metadata", Json::object()).value("ownerReferences", Json::array());
-    for (const auto& owner : owners) {
-      if (owner.contains("uid") && owner["uid"].is_string())
-        uids.push_back(owner["uid"]);
+    auto owners = Metadata(object).find("ownerReferences");
+    if (owners == Metadata(object).end() || !owners->is_array())
+      return uids;
+    for (const auto& owner : *owners) {
+      if (std::string uid = StringAt(owner, "uid"); !uid.empty())
+        uids.push_back(std::move(uid));
     }
     return uids;
   };

@@ -1,8 +1,11 @@
 #include "controller/k8s/leader_election.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <random>
 
 #include "controller/k8s/micro_time.h"
+#include "controller/k8s/object.h"
 
 namespace tessera::k8s {
 
@@ -71,8 +74,8 @@ bool LeaderElector::TryAcquireOrRenew() {
     return false;
 
   Json lease = std::move(*current);
-  Json spec = lease.value("spec", Json::object());
-  std::string holder = spec.value("holderIdentity", "");
+  Json spec = ObjectAt(lease, "spec");
+  std::string holder = StringAt(spec, "holderIdentity");
   std::string previous_leader;
   bool held_by_other = false;
   {
@@ -83,7 +86,9 @@ bool LeaderElector::TryAcquireOrRenew() {
     }
     previous_leader = observed_holder_;
     observed_holder_ = holder;
-    auto their_duration = std::chrono::seconds(spec.value("leaseDurationSeconds", lease_seconds));
+    // An int32 in the Lease API; bounded here so that adding it to a time cannot overflow.
+    auto their_duration = std::chrono::seconds(std::clamp<int64_t>(
+        IntegerAt(spec, "leaseDurationSeconds").value_or(lease_seconds), 0, INT32_MAX));
     held_by_other =
         !holder.empty() && holder != config_.identity && observed_time_ + their_duration > now;
   }
@@ -99,7 +104,8 @@ bool LeaderElector::TryAcquireOrRenew() {
   next["renewTime"] = now_time;
   if (holder != config_.identity) {
     next["acquireTime"] = now_time;
-    next["leaseTransitions"] = spec.value("leaseTransitions", 0) + 1;
+    next["leaseTransitions"] =
+        std::clamp<int64_t>(IntegerAt(spec, "leaseTransitions").value_or(0), 0, INT32_MAX - 1) + 1;
   }
   lease["spec"] = next;
   auto updated = client_.Update(lease_, lease);  // carries metadata.resourceVersion: 409 if stale
@@ -117,7 +123,7 @@ void LeaderElector::Release() {
   if (!current.ok())
     return;
   Json lease = std::move(*current);
-  if (lease.value("spec", Json::object()).value("holderIdentity", "") != config_.identity)
+  if (StringAt(ObjectAt(lease, "spec"), "holderIdentity") != config_.identity)
     return;
   std::string now_time = FormatMicroTime(std::chrono::system_clock::now());
   lease["spec"]["holderIdentity"] = "";

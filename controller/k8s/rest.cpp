@@ -1,5 +1,8 @@
 #include "controller/k8s/rest.h"
 
+#include "api/utf8.h"
+#include "controller/k8s/object.h"
+
 #include <utility>
 
 namespace tessera::k8s {
@@ -95,11 +98,12 @@ std::string QueryEscape(const std::string& value) {
 ApiError ErrorFromResponse(int status, const std::string& body) {
   ApiError err{status, "", ""};
   Json parsed = Json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (parsed.is_object() && parsed.value("kind", "") == "Status") {
-    err.reason = parsed.value("reason", "");
-    err.message = parsed.value("message", "");
+  if (StringAt(parsed, "kind") == "Status") {
+    err.reason = StringAt(parsed, "reason");
+    err.message = StringAt(parsed, "message");
   } else {
-    err.message = body.substr(0, 512);
+    // Not a Status (a proxy's page, say): quoted in events and logs, so valid UTF-8.
+    err.message = api::ValidUtf8Prefix(body, 512);
   }
   if (err.reason.empty()) {
     switch (status) {
@@ -263,6 +267,30 @@ Result<Json> RestClient::PatchStatus(const ResourceRef& ref, PatchType type, con
   return Do("patch", "PATCH", ref.Path("status"), &patch, PatchContentType(type));
 }
 
+Result<WatchEvent> DecodeWatchEvent(std::string_view line) {
+  Json parsed = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+  auto type = parsed.is_object() ? parsed.find("type") : parsed.end();
+  auto object = parsed.is_object() ? parsed.find("object") : parsed.end();
+  if (!parsed.is_object() || type == parsed.end() || !type->is_string() || object == parsed.end() ||
+      !object->is_object()) {
+    return ApiError{200, "InvalidResponse",
+                    "watch event is not JSON: " + api::ValidUtf8Prefix(line, 200)};
+  }
+  WatchEvent event{type->get<std::string>(), std::move(*object)};
+  if (event.type != "ERROR")
+    return event;
+  // A metav1.Status: 410 Gone (Expired) when our resourceVersion was compacted away.
+  const Json& s = event.object;
+  auto code = s.find("code");
+  ApiError err{500, StringAt(s, "reason"), StringAt(s, "message")};
+  if (code != s.end() && code->is_number_integer() && code->get<int64_t>() >= 100 &&
+      code->get<int64_t>() <= 599)
+    err.code = static_cast<int>(code->get<int64_t>());
+  if (err.reason.empty())
+    err = ErrorFromResponse(err.code, "");
+  return err;
+}
+
 Status RestClient::Watch(const ResourceRef& ref, const WatchOptions& options,
                          const std::function<bool(const WatchEvent&)>& on_event,
                          Cancellation& cancel) {
@@ -287,22 +315,12 @@ Status RestClient::Watch(const ResourceRef& ref, const WatchOptions& options,
   auto response = transport_.Stream(
       request,
       [&](std::string_view line) {
-        Json parsed = Json::parse(line, nullptr, /*allow_exceptions=*/false);
-        if (!parsed.is_object() || !parsed.contains("type")) {
-          stream_error = ApiError{200, "InvalidResponse",
-                                  "watch event is not JSON: " + std::string(line.substr(0, 200))};
+        Result<WatchEvent> event = DecodeWatchEvent(line);
+        if (!event.ok()) {
+          stream_error = event.error();
           return false;
         }
-        WatchEvent event{parsed.value("type", ""), parsed.value("object", Json::object())};
-        if (event.type == "ERROR") {
-          const Json& s = event.object;
-          int code = s.value("code", 500);
-          stream_error = ApiError{code, s.value("reason", ""), s.value("message", "")};
-          if (stream_error->reason.empty())
-            stream_error = ErrorFromResponse(code, "");
-          return false;
-        }
-        return on_event(event);
+        return on_event(*event);
       },
       cancel);
   if (!response.ok()) {

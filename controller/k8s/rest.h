@@ -154,6 +154,9 @@ class RestClient {
 
 // Turns a non-2xx response into an ApiError, reading the metav1.Status body when present.
 ApiError ErrorFromResponse(int status, const std::string& body);
+// One line of a watch stream: the event; an ERROR event's metav1.Status as an ApiError; or an
+// ApiError "InvalidResponse" for a line that is not {"type": string, "object": object}.
+Result<WatchEvent> DecodeWatchEvent(std::string_view line);
 // Percent-encodes a query parameter value.
 std::string QueryEscape(const std::string& value);
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "controller/k8s/object.h"
+
 namespace tessera::k8s {
 
 Backoff::Backoff(Options options)
@@ -41,14 +43,13 @@ bool Reflector::ListAll(Cancellation& stop) {
       return false;
     }
     Json& body = *page;
-    if (body.contains("items") && body["items"].is_array()) {
-      for (auto& item : body["items"])
+    if (auto it = body.find("items"); it != body.end() && it->is_array()) {
+      for (auto& item : *it)
         items.push_back(std::move(item));
     }
-    const Json& meta = body.value("metadata", Json::object());
-    std::string next = meta.value("continue", "");
+    const std::string next = MetaString(body, "continue");
     if (next.empty()) {
-      resource_version_ = meta.value("resourceVersion", "");
+      resource_version_ = MetaString(body, "resourceVersion");
       if (sink_.replace)
         sink_.replace(std::move(items), resource_version_);
       return true;
@@ -84,8 +85,7 @@ void Reflector::Run(Cancellation& stop) {
         ref_, watch,
         [&](const WatchEvent& event) {
           got_event = true;
-          std::string rv = event.object.value("metadata", Json::object())
-                               .value("resourceVersion", resource_version_);
+          std::string rv = MetaString(event.object, "resourceVersion");
           if (!rv.empty())
             resource_version_ = rv;
           if (sink_.event)

@@ -2,6 +2,8 @@
 
 #include <initializer_list>
 
+#include "controller/k8s/object.h"
+
 namespace tessera::reconcile {
 namespace {
 
@@ -46,7 +48,8 @@ void TrimPod(Json& pod) {
   if (auto owners = meta.find("ownerReferences"); owners != meta.end() && owners->is_array()) {
     Json controller = Json::array();
     for (Json& o : *owners) {
-      if (o.is_object() && o.value("controller", false))
+      if (auto c = o.is_object() ? o.find("controller") : o.end();
+          c != o.end() && c->is_boolean() && c->get<bool>())
         controller.push_back(Take(o, {"uid", "kind", "name", "controller"}));
     }
     m["ownerReferences"] = std::move(controller);
@@ -57,7 +60,7 @@ void TrimPod(Json& pod) {
   Json s = Take(status, {"phase", "reason", "message", "podIP"});
   if (auto c = status.find("conditions"); c != status.end()) {
     s["conditions"] = Conditions(
-        *c, [](const Json& condition) { return condition.value("type", "") == "Ready"; });
+        *c, [](const Json& condition) { return k8s::StringAt(condition, "type") == "Ready"; });
   }
   if (auto cs = status.find("containerStatuses"); cs != status.end() && cs->is_array()) {
     Json containers = Json::array();

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "api/contract.h"
+#include "controller/k8s/object.h"
 #include "controller/reconcile/cache_trim.h"
 #include "controller/reconcile/job_view.h"
 #include "controller/reconcile/objects.h"
@@ -20,51 +21,11 @@ namespace tessera::reconcile {
 namespace {
 
 using Json = nlohmann::json;
+using k8s::MetaString;
 using std::chrono::milliseconds;
 
 constexpr char kIndexJob[] = "job";    // "namespace/job-name" of a pod, service or secret
 constexpr char kIndexNode[] = "node";  // spec.nodeName of a pod
-
-const Json& Meta(const Json& object) {
-  static const Json empty = Json::object();
-  auto it = object.find("metadata");
-  return it != object.end() && it->is_object() ? *it : empty;
-}
-
-std::string MetaString(const Json& object, const char* key) {
-  const Json& m = Meta(object);
-  auto it = m.find(key);
-  return it != m.end() && it->is_string() ? it->get<std::string>() : std::string();
-}
-
-// "namespace/job-name" from the tessera.dev/job-name label, or "" without one.
-std::string JobKeyOf(const Json& object) {
-  const Json& m = Meta(object);
-  auto labels = m.find("labels");
-  if (labels == m.end() || !labels->is_object())
-    return "";
-  auto job = labels->find(api::kLabelJobName);
-  if (job == labels->end() || !job->is_string())
-    return "";
-  return MetaString(object, "namespace") + "/" + job->get<std::string>();
-}
-
-bool ControlledBy(const Json& object, const std::string& uid) {
-  const Json& m = Meta(object);
-  auto owners = m.find("ownerReferences");
-  if (owners == m.end() || !owners->is_array())
-    return false;
-  for (const Json& owner : *owners) {
-    if (owner.value("uid", "") == uid && owner.value("controller", false))
-      return true;
-  }
-  return false;
-}
-
-bool Deleting(const Json& object) {
-  const Json& m = Meta(object);
-  return m.contains("deletionTimestamp") && !m["deletionTimestamp"].is_null();
-}
 
 milliseconds CeilMs(std::chrono::steady_clock::duration d) {
   return std::chrono::ceil<milliseconds>(d);
@@ -160,7 +121,7 @@ Controller::Controller(k8s::RestClient& client, EventSink& events, ControllerMet
     return {key};
   });
   pods_->AddIndex(kIndexNode, [](const Json& pod) -> std::vector<std::string> {
-    std::string node = pod.value("spec", Json::object()).value("nodeName", std::string());
+    std::string node = NodeNameOf(pod);
     if (node.empty())
       return {};
     return {node};
@@ -500,10 +461,11 @@ ReconcileOutcome Controller::Reconcile(const std::string& key) {
     if (!ControlledBy(*pod, uid))
       continue;  // a leftover of an earlier job of the same name; the GC removes it
     pods.push_back(pod.get());
-    const Json& labels = Meta(*pod).value("labels", Json::object());
+    const Json& labels = k8s::ObjectAt(k8s::Metadata(*pod), "labels");
     PodAge age;
     try {
-      age.attempt = std::stoll(labels.value(api::kLabelAttempt, std::string("0")));
+      const std::string attempt = k8s::StringAt(labels, api::kLabelAttempt);
+      age.attempt = attempt.empty() ? 0 : std::stoll(attempt);
     } catch (const std::exception&) {
       continue;
     }
@@ -665,8 +627,7 @@ ReconcileOutcome Controller::Reconcile(const std::string& key) {
 
   // Rank 0's progress is read while the attempt runs.
   if (poller_) {
-    const std::string ip =
-        pod0 ? pod0->value("status", Json::object()).value("podIP", std::string()) : "";
+    const std::string ip = pod0 ? k8s::StringAt(k8s::ObjectAt(*pod0, "status"), "podIP") : "";
     const bool current = pod0 && !observed.workers.empty() &&
                          std::any_of(observed.workers.begin(), observed.workers.end(),
                                      [&](const lifecycle::Worker& w) {

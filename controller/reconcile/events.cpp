@@ -2,15 +2,17 @@
 
 #include <spdlog/spdlog.h>
 
+#include "controller/k8s/object.h"
+
 namespace tessera::reconcile {
 
 void ApiEventSink::Record(const nlohmann::json& job, const std::string& type,
                           const std::string& reason, const std::string& message) {
   k8s::Status status = recorder_.Record(job, type, reason, "Reconcile", message);
   if (!status.ok()) {
-    const nlohmann::json meta = job.value("metadata", nlohmann::json::object());
-    spdlog::warn("event {} {} on {}/{} not recorded: {}", type, reason, meta.value("namespace", ""),
-                 meta.value("name", ""), status.error().ToString());
+    spdlog::warn("event {} {} on {}/{} not recorded: {}", type, reason,
+                 k8s::MetaString(job, "namespace"), k8s::MetaString(job, "name"),
+                 status.error().ToString());
   }
 }
 

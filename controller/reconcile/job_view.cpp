@@ -2,6 +2,7 @@
 
 #include "api/codec.h"
 #include "api/validate.h"
+#include "controller/k8s/object.h"
 #include "lifecycle/from_api.h"
 
 namespace tessera::reconcile {
@@ -21,9 +22,7 @@ std::string JoinErrors(const std::vector<api::FieldError>& errors) {
 
 JobView ViewJob(const nlohmann::json& object) {
   JobView view;
-  const nlohmann::json meta = object.is_object()
-                                  ? object.value("metadata", nlohmann::json::object())
-                                  : nlohmann::json::object();
+  const nlohmann::json& meta = k8s::Metadata(object);
   auto str = [&](const char* key) {
     auto it = meta.find(key);
     return it != meta.end() && it->is_string() ? it->get<std::string>() : std::string();
@@ -33,8 +32,12 @@ JobView ViewJob(const nlohmann::json& object) {
 
   // Only what the API types know: the server adds metadata (managedFields, timestamps) that is
   // none of the codec's business, and the status is the controller's own.
-  nlohmann::json doc = {{"apiVersion", object.value("apiVersion", api::kApiVersion)},
-                        {"kind", object.value("kind", api::kKind)}};
+  auto or_default = [](std::string value, const char* fallback) {
+    return value.empty() ? std::string(fallback) : value;
+  };
+  nlohmann::json doc = {
+      {"apiVersion", or_default(k8s::StringAt(object, "apiVersion"), api::kApiVersion)},
+      {"kind", or_default(k8s::StringAt(object, "kind"), api::kKind)}};
   nlohmann::json m = nlohmann::json::object();
   for (const char* key : {"name", "namespace", "uid", "generation", "labels", "annotations"}) {
     if (meta.contains(key))

@@ -10,6 +10,7 @@
 #include "api/contract.h"
 #include "api/crd.h"
 #include "api/version.h"
+#include "controller/k8s/object.h"
 
 namespace tessera::reconcile {
 namespace {
@@ -207,13 +208,13 @@ Json DesiredService(const api::TrainingJob& job) {
 Json DesiredEndpointSlice(const api::TrainingJob& job, const std::vector<const Json*>& pods) {
   std::vector<const Json*> sorted(pods);
   std::sort(sorted.begin(), sorted.end(), [](const Json* a, const Json* b) {
-    return (*a)["metadata"].value("name", "") < (*b)["metadata"].value("name", "");
+    return k8s::MetaString(*a, "name") < k8s::MetaString(*b, "name");
   });
   std::string family;
   Json endpoints = Json::array();
   for (const Json* pod : sorted) {
-    const Json& meta = (*pod)["metadata"];
-    const std::string ip = pod->value("status", Json::object()).value("podIP", std::string());
+    const Json& meta = k8s::Metadata(*pod);
+    const std::string ip = k8s::StringAt(k8s::ObjectAt(*pod, "status"), "podIP");
     if (ip.empty() || meta.contains("deletionTimestamp"))
       continue;
     const std::string ip_family = ip.find(':') == std::string::npos ? "IPv4" : "IPv6";
@@ -221,7 +222,7 @@ Json DesiredEndpointSlice(const api::TrainingJob& job, const std::vector<const J
       family = ip_family;
     if (ip_family != family)
       continue;
-    const std::string name = meta.value("name", "");
+    const std::string name = k8s::StringAt(meta, "name");
     Json endpoint = {{"addresses", Json::array({ip})},
                      {"conditions", {{"ready", true}, {"serving", true}, {"terminating", false}}},
                      {"hostname", name},
@@ -229,8 +230,8 @@ Json DesiredEndpointSlice(const api::TrainingJob& job, const std::vector<const J
                       {{"kind", "Pod"},
                        {"namespace", job.metadata.name_space},
                        {"name", name},
-                       {"uid", meta.value("uid", "")}}}};
-    const std::string node = pod->value("spec", Json::object()).value("nodeName", std::string());
+                       {"uid", k8s::StringAt(meta, "uid")}}}};
+    const std::string node = k8s::StringAt(k8s::ObjectAt(*pod, "spec"), "nodeName");
     if (!node.empty())
       endpoint["nodeName"] = node;
     endpoints.push_back(std::move(endpoint));

@@ -4,13 +4,19 @@
 #include <charconv>
 
 #include "api/contract.h"
+#include "controller/k8s/object.h"
 #include "controller/reconcile/rfc3339.h"
 
 namespace tessera::reconcile {
 namespace {
 
+using k8s::IntegerAt;
+using k8s::Metadata;
+using k8s::ObjectAt;
+using k8s::StringAt;
+
 std::optional<int64_t> LabelInt(const Json& pod, const char* key) {
-  const Json labels = pod.value("metadata", Json::object()).value("labels", Json::object());
+  const Json& labels = ObjectAt(Metadata(pod), "labels");
   auto it = labels.find(key);
   if (it == labels.end() || !it->is_string())
     return std::nullopt;
@@ -30,7 +36,7 @@ const Json* ReadyCondition(const Json& object) {
   if (conditions == status->end() || !conditions->is_array())
     return nullptr;
   for (const Json& c : *conditions) {
-    if (c.value("type", "") == "Ready")
+    if (StringAt(c, "type") == "Ready")
       return &c;
   }
   return nullptr;
@@ -50,9 +56,9 @@ const Json* TerminatedState(const Json& pod) {
     auto terminated = state->find("terminated");
     if (terminated == state->end() || !terminated->is_object())
       continue;
-    if (cs.value("name", "") == api::kWorkerContainerName && !worker)
+    if (StringAt(cs, "name") == api::kWorkerContainerName && !worker)
       worker = &*terminated;
-    if (terminated->value("exitCode", 0) != 0 && !nonzero)
+    if (IntegerAt(*terminated, "exitCode").value_or(0) != 0 && !nonzero)
       nonzero = &*terminated;
     if (!any)
       any = &*terminated;
@@ -69,32 +75,57 @@ bool HasContainerStatuses(const Json& pod) {
 }
 
 lifecycle::WorkerPhase PhaseOf(const Json& pod) {
-  const std::string phase = pod.value("status", Json::object()).value("phase", "Pending");
+  const std::string phase = StringAt(ObjectAt(pod, "status"), "phase");
   return lifecycle::ParseWorkerPhase(phase).value_or(lifecycle::WorkerPhase::kPending);
 }
 
 }  // namespace
 
+std::string JobKeyOf(const Json& object) {
+  const std::string job = StringAt(ObjectAt(Metadata(object), "labels"), api::kLabelJobName);
+  return job.empty() ? "" : StringAt(Metadata(object), "namespace") + "/" + job;
+}
+
+bool ControlledBy(const Json& object, const std::string& uid) {
+  auto owners = Metadata(object).find("ownerReferences");
+  if (owners == Metadata(object).end() || !owners->is_array())
+    return false;
+  for (const Json& owner : *owners) {
+    auto controller = owner.is_object() ? owner.find("controller") : owner.end();
+    if (StringAt(owner, "uid") == uid && controller != owner.end() && controller->is_boolean() &&
+        controller->get<bool>())
+      return true;
+  }
+  return false;
+}
+
+bool Deleting(const Json& object) {
+  auto at = Metadata(object).find("deletionTimestamp");
+  return at != Metadata(object).end() && !at->is_null();
+}
+
+std::string NodeNameOf(const Json& pod) {
+  return StringAt(ObjectAt(pod, "spec"), "nodeName");
+}
+
 bool NodeIsReady(const Json& node) {
   const Json* ready = ReadyCondition(node);
-  return ready && ready->value("status", "") == "True";
+  return ready && StringAt(*ready, "status") == "True";
 }
 
 std::optional<lifecycle::TimePoint> NodeNotReadySince(const Json& node) {
   const Json* ready = ReadyCondition(node);
   if (!ready)
     return std::nullopt;
-  if (ready->value("status", "") == "True")
+  if (StringAt(*ready, "status") == "True")
     return std::nullopt;
-  return ParseTime(ready->value("lastTransitionTime", ""));
+  return ParseTime(StringAt(*ready, "lastTransitionTime"));
 }
 
 ObservedWorkers ObserveWorkers(const std::vector<const Json*>& pods, const NodeLookup& nodes,
                                lifecycle::TimePoint now) {
   std::vector<const Json*> sorted = pods;
-  auto name_of = [](const Json* pod) {
-    return pod->value("metadata", Json::object()).value("name", "");
-  };
+  auto name_of = [](const Json* pod) { return k8s::MetaString(*pod, "name"); };
   std::sort(sorted.begin(), sorted.end(),
             [&](const Json* a, const Json* b) { return name_of(a) < name_of(b); });
 
@@ -104,47 +135,48 @@ ObservedWorkers ObserveWorkers(const std::vector<const Json*>& pods, const NodeL
     const std::optional<int64_t> attempt = LabelInt(*pod, api::kLabelAttempt);
     if (!index || !attempt || out.pods.count(*index))
       continue;
-    const Json meta = pod->value("metadata", Json::object());
-    const Json status = pod->value("status", Json::object());
+    const Json& status = ObjectAt(*pod, "status");
 
     lifecycle::Worker w;
     w.index = *index;
     w.attempt = *attempt;
-    w.name = meta.value("name", "");
+    w.name = k8s::MetaString(*pod, "name");
     w.phase = PhaseOf(*pod);
     const Json* ready = ReadyCondition(*pod);
-    w.ready = ready && ready->value("status", "") == "True";
-    w.deleting = meta.contains("deletionTimestamp") && !meta["deletionTimestamp"].is_null();
+    w.ready = ready && StringAt(*ready, "status") == "True";
+    w.deleting = Deleting(*pod);
 
     if (const Json* terminated = HasContainerStatuses(*pod) ? TerminatedState(*pod) : nullptr) {
-      w.exit_code = terminated->value("exitCode", int64_t{0});
-      w.reason = terminated->value("reason", "");
-      w.message = terminated->value("message", "");
-      if (auto at = ParseTime(terminated->value("finishedAt", "")))
+      w.exit_code = IntegerAt(*terminated, "exitCode").value_or(0);
+      w.reason = StringAt(*terminated, "reason");
+      w.message = StringAt(*terminated, "message");
+      if (auto at = ParseTime(StringAt(*terminated, "finishedAt")))
         w.finished_at = at;
     }
     if (w.phase == lifecycle::WorkerPhase::kFailed && w.reason.empty()) {
-      w.reason = status.value("reason", "");
-      w.message = status.value("message", "");
+      w.reason = StringAt(status, "reason");
+      w.message = StringAt(status, "message");
     }
 
     const bool finished =
         w.phase == lifecycle::WorkerPhase::kSucceeded || w.phase == lifecycle::WorkerPhase::kFailed;
-    const std::string node_name =
-        pod->value("spec", Json::object()).value("nodeName", std::string());
+    const std::string node_name = NodeNameOf(*pod);
     if (!finished) {
-      if (w.phase == lifecycle::WorkerPhase::kUnknown || status.value("reason", "") == "NodeLost") {
+      if (w.phase == lifecycle::WorkerPhase::kUnknown || StringAt(status, "reason") == "NodeLost") {
         w.node_lost = true;
       } else if (!node_name.empty()) {
         const Json* node = nodes ? nodes(node_name) : nullptr;
         if (!node) {
           w.node_lost = true;
         } else if (!NodeIsReady(*node)) {
+          // At most a year: an int64 of seconds past that overflows the clock's nanoseconds.
+          constexpr int64_t kMaxGrace = int64_t{366} * 24 * 3600;
           const int64_t grace =
-              pod->value("spec", Json::object())
-                  .value("terminationGracePeriodSeconds", kDefaultGracePeriodSeconds);
+              std::clamp<int64_t>(IntegerAt(ObjectAt(*pod, "spec"), "terminationGracePeriodSeconds")
+                                      .value_or(kDefaultGracePeriodSeconds),
+                                  0, kMaxGrace);
           const auto since = NodeNotReadySince(*node).value_or(now);
-          const auto lost_at = since + std::chrono::seconds(std::max<int64_t>(grace, 0));
+          const auto lost_at = since + std::chrono::seconds(grace);
           if (now >= lost_at) {
             w.node_lost = true;
           } else {

@@ -18,6 +18,18 @@ namespace tessera::reconcile {
 
 using Json = nlohmann::json;
 
+// "namespace/job-name" from an object's tessera.dev/job-name label, or "" without one.
+std::string JobKeyOf(const Json& object);
+
+// Whether `object` has an owner reference to `uid` with controller: true.
+bool ControlledBy(const Json& object, const std::string& uid);
+
+// Whether metadata.deletionTimestamp is set.
+bool Deleting(const Json& object);
+
+// A pod's spec.nodeName; "" while it is not bound.
+std::string NodeNameOf(const Json& pod);
+
 // A pod's grace period when its spec does not say (Kubernetes' default).
 inline constexpr int64_t kDefaultGracePeriodSeconds = 30;
 

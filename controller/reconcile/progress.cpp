@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "api/progress.h"
 #include "controller/k8s/transport_cpprest.h"
 
 namespace tessera::reconcile {
@@ -37,27 +38,16 @@ class HttpProgressReader final : public ProgressReader {
 }  // namespace
 
 std::optional<ProgressSample> ParseProgress(const nlohmann::json& body, int64_t attempt) {
-  if (!body.is_object() || !body.contains("step") || !body["step"].is_number_integer() ||
-      body["step"].get<int64_t>() < 0) {
+  const std::optional<api::ProgressDocument> p = api::DecodeProgress(body);
+  if (!p)
     return std::nullopt;
-  }
   ProgressSample s;
   s.attempt = attempt;
-  s.step = body["step"].get<int64_t>();
-  auto number = [&](const char* key) {
-    auto it = body.find(key);
-    return it != body.end() && it->is_number() ? it->get<double>() : 0.0;
-  };
-  // An integer, as the trainer writes it; anything else (a float past int64's range would be
-  // undefined to convert) reads as unknown.
-  if (auto v = body.find("totalSteps");
-      v != body.end() && v->is_number_integer() &&
-      (!v->is_number_unsigned() || std::in_range<int64_t>(v->get<uint64_t>())))
-    s.detail.total_steps = v->get<int64_t>();
-  s.detail.loss = number("loss");
-  s.detail.tokens_per_second = number("tokensPerSecond");
-  if (auto v = body.find("valLoss"); v != body.end() && v->is_number())
-    s.detail.val_loss = v->get<double>();  // null before the first validation
+  s.step = p->step;
+  s.detail.total_steps = p->total_steps;
+  s.detail.loss = p->loss;
+  s.detail.tokens_per_second = p->tokens_per_second;
+  s.detail.val_loss = p->val_loss;
   return s;
 }
 

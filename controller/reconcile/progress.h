@@ -29,9 +29,8 @@ struct ProgressSample {
   bool operator==(const ProgressSample&) const = default;
 };
 
-// Parses the /progress JSON of the trainer ({"step", "totalSteps", "loss", "valLoss" (null
-// before the first validation), "tokensPerSecond", ...}); nullopt when it is not an object
-// with an integer step >= 0.
+// The sample in the trainer's /progress JSON (api::DecodeProgress); nullopt when the body is
+// not a progress document.
 std::optional<ProgressSample> ParseProgress(const nlohmann::json& body, int64_t attempt);
 
 // Fetches http://host:port/progress. Implementations must be thread-safe.

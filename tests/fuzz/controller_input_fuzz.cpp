@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "api/progress.h"
 #include "cli/run/progress.h"
 #include "controller/k8s/config.h"
 #include "controller/reconcile/progress.h"
@@ -20,8 +21,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const auto sample = tessera::reconcile::ParseProgress(body, /*attempt=*/3);
   if (sample && (sample->attempt != 3 || sample->step < 0))
     std::abort();
-  const auto report = tessera::cli::ParseProgressJson(text);
+  const auto report = tessera::api::DecodeProgressJson(text);
+  if (sample.has_value() != report.has_value())
+    std::abort();  // the controller and `tessera run` disagree on a body
   if (report) {
+    // What the trainer would write for it reads back the same.
+    if (tessera::api::DecodeProgressJson(tessera::api::EncodeProgress(*report)) != report)
+      std::abort();
     // What the progress bar and the log line make of it must not crash either.
     tessera::cli::ProgressView view;
     view.report = *report;

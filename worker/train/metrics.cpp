@@ -12,7 +12,6 @@
 
 #include <chrono>
 #include <ctime>
-#include <nlohmann/json.hpp>
 
 namespace tessera::train {
 namespace {
@@ -39,7 +38,8 @@ std::string NowRfc3339() {
 }
 
 TrainMetrics::TrainMetrics(int64_t total_steps)
-    : registry_(std::make_shared<prometheus::Registry>()), total_steps_(total_steps) {
+    : registry_(std::make_shared<prometheus::Registry>()) {
+  progress_.total_steps = total_steps;
   auto& r = *registry_;
   step_ = NewGauge(r, "tessera_train_step", "Optimizer steps completed.");
   pipeline_bubble_ = NewGauge(r, "tessera_pipeline_bubble_ratio",
@@ -86,7 +86,7 @@ TrainMetrics::TrainMetrics(int64_t total_steps)
   // Every job reduces something over the data dimension (a one-rank job, nothing): the series
   // exist from the start so dashboards and rate() see a zero instead of no data.
   RecordComm("all_reduce", "data", 0, 0);
-  updated_at_ = NowRfc3339();
+  progress_.updated_at = NowRfc3339();
 }
 
 TrainMetrics::~TrainMetrics() = default;
@@ -100,17 +100,17 @@ void TrainMetrics::RecordStep(const StepReport& s) {
   step_seconds_->Observe(s.step_seconds);
   mfu_->Set(s.mfu_ratio);
   std::lock_guard<std::mutex> lock(mu_);
-  progress_step_ = s.step;
-  progress_loss_ = s.loss;
-  progress_tokens_per_second_ = s.tokens_per_second;
-  updated_at_ = NowRfc3339();
+  progress_.step = s.step;
+  progress_.loss = s.loss;
+  progress_.tokens_per_second = s.tokens_per_second;
+  progress_.updated_at = NowRfc3339();
 }
 
 void TrainMetrics::RecordValidation(double val_loss) {
   val_loss_->Set(val_loss);
   std::lock_guard<std::mutex> lock(mu_);
-  progress_val_loss_ = val_loss;
-  updated_at_ = NowRfc3339();
+  progress_.val_loss = val_loss;
+  progress_.updated_at = NowRfc3339();
 }
 
 void TrainMetrics::RecordResume(int64_t step, double loss, std::optional<double> val_loss) {
@@ -119,10 +119,10 @@ void TrainMetrics::RecordResume(int64_t step, double loss, std::optional<double>
   if (val_loss)
     val_loss_->Set(*val_loss);
   std::lock_guard<std::mutex> lock(mu_);
-  progress_step_ = step;
-  progress_loss_ = loss;
-  progress_val_loss_ = val_loss;
-  updated_at_ = NowRfc3339();
+  progress_.step = step;
+  progress_.loss = loss;
+  progress_.val_loss = val_loss;
+  progress_.updated_at = NowRfc3339();
 }
 
 void TrainMetrics::RecordCheckpoint(double seconds) {
@@ -149,17 +149,7 @@ std::string TrainMetrics::MetricsText() const {
 
 std::string TrainMetrics::ProgressJson() const {
   std::lock_guard<std::mutex> lock(mu_);
-  nlohmann::json j = {
-      {"step", progress_step_},
-      {"totalSteps", total_steps_},
-      {"loss", progress_loss_},
-      {"valLoss", nullptr},
-      {"tokensPerSecond", progress_tokens_per_second_},
-      {"updatedAt", updated_at_},
-  };
-  if (progress_val_loss_)
-    j["valLoss"] = *progress_val_loss_;
-  return j.dump();
+  return api::EncodeProgress(progress_);
 }
 
 struct MetricsServer::Impl {

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "api/progress.h"
 #include "worker/train/status.h"
 
 namespace prometheus {
@@ -59,8 +60,7 @@ class TrainMetrics {
 
   // Prometheus text exposition format (version 0.0.4) of every metric.
   std::string MetricsText() const;
-  // {"step", "totalSteps", "loss", "valLoss" (null before the first validation),
-  //  "tokensPerSecond", "updatedAt" (RFC 3339 UTC)}.
+  // The /progress document (api/progress.h).
   std::string ProgressJson() const;
 
  private:
@@ -79,13 +79,8 @@ class TrainMetrics {
   prometheus::Family<prometheus::Counter>* comm_bytes_;
   prometheus::Gauge* pipeline_bubble_;
 
-  mutable std::mutex mu_;  // guards the progress fields below
-  int64_t total_steps_;
-  int64_t progress_step_ = 0;
-  double progress_loss_ = 0;
-  std::optional<double> progress_val_loss_;
-  double progress_tokens_per_second_ = 0;
-  std::string updated_at_;
+  mutable std::mutex mu_;  // guards progress_
+  api::ProgressDocument progress_;
 };
 
 // An HTTP listener serving GET /metrics and GET /progress from a TrainMetrics.

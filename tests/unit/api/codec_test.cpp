@@ -241,6 +241,17 @@ TEST(Utf8, FindsTheFirstInvalidByte) {
   EXPECT_EQ(FirstInvalidUtf8("\xF4\x90\x80\x80"), 0u);            // past U+10FFFF
 }
 
+TEST(Utf8, ValidPrefixReplacesBadBytesAndCutsWholeCharacters) {
+  EXPECT_EQ(ValidUtf8Prefix("caf\xC3\xA9"), "caf\xC3\xA9");
+  EXPECT_EQ(ValidUtf8Prefix("a\xFF\xFE"
+                            "b"),
+            "a??b");
+  EXPECT_EQ(ValidUtf8Prefix("caf\xC3\xA9", 4), "caf?");  // the cut leaves half an e-acute
+  EXPECT_EQ(ValidUtf8Prefix("\xE2\x82\xAC!", 2), "??");
+  EXPECT_EQ(ValidUtf8Prefix("", 0), "");
+  EXPECT_EQ(FirstInvalidUtf8(ValidUtf8Prefix("\xED\xA0\x80 \xC0\xAF")), std::nullopt);
+}
+
 // yaml-cpp copies such bytes into strings, and writing them as JSON then threw (found by
 // fuzzing `tessera plan -o json`).
 TEST(Codec, InvalidUtf8IsOneErrorNamingItsPlace) {

@@ -66,6 +66,48 @@ TEST(K8sApiErrorTest, ReadsStatusBodiesAndClassifies) {
   }
 }
 
+// A body that is not a Status is quoted in events and status messages, which are JSON: cut
+// mid-character or not UTF-8 at all, its bad bytes become '?'.
+TEST(K8sApiErrorTest, QuotesANonStatusBodyAsUtf8) {
+  EXPECT_EQ(ErrorFromResponse(502, "bad \xff gateway").message, "bad ? gateway");
+  const std::string dashes(600, '-');
+  const std::string cut = ErrorFromResponse(502, dashes.substr(0, 511) + "\xe2\x80\x94").message;
+  EXPECT_EQ(cut, dashes.substr(0, 511) + "?");
+  // A Status whose fields have other types than strings is still a Status, without them.
+  const ApiError e = ErrorFromResponse(409, R"({"kind":"Status","reason":7,"message":["x"]})");
+  EXPECT_EQ(e.reason, "Conflict");
+  EXPECT_EQ(e.message, "");
+}
+
+TEST(K8sWatchEventTest, DecodesEventsAndErrors) {
+  auto added = DecodeWatchEvent(R"({"type":"ADDED","object":{"metadata":{"name":"a"}}})");
+  ASSERT_TRUE(added.ok());
+  EXPECT_EQ(added->type, "ADDED");
+  EXPECT_EQ(added->object["metadata"]["name"], "a");
+
+  auto gone = DecodeWatchEvent(
+      R"({"type":"ERROR","object":{"kind":"Status","code":410,"reason":"Expired","message":"old"}})");
+  ASSERT_FALSE(gone.ok());
+  EXPECT_TRUE(gone.error().IsGone());
+  EXPECT_EQ(gone.error().message, "old");
+  // A code that is no HTTP status reads as 500, classified by it.
+  auto odd = DecodeWatchEvent(R"({"type":"ERROR","object":{"code":4.1e20}})");
+  ASSERT_FALSE(odd.ok());
+  EXPECT_EQ(odd.error().code, 500);
+  EXPECT_EQ(odd.error().reason, "InternalError");
+
+  // Nlohmann's value() threw on each of these (a type it did not expect): now they are one
+  // InvalidResponse error that names the line.
+  for (const char* line : {R"({"type":1,"object":{}})", R"({"type":"ADDED","object":[]})",
+                           R"({"type":"ADDED"})", "[]", "{", "\xff"}) {
+    auto e = DecodeWatchEvent(line);
+    ASSERT_FALSE(e.ok()) << line;
+    EXPECT_EQ(e.error().reason, "InvalidResponse") << line;
+    EXPECT_NE(e.error().message.find("watch event is not JSON"), std::string::npos);
+  }
+  EXPECT_EQ(DecodeWatchEvent("\xff").error().message, "watch event is not JSON: ?");
+}
+
 TEST(K8sQueryEscapeTest, EscapesSelectorCharacters) {
   EXPECT_EQ(QueryEscape("app=web,tier!=db"), "app%3Dweb%2Ctier%21%3Ddb");
   EXPECT_EQ(QueryEscape("a-b_c.d~"), "a-b_c.d~");

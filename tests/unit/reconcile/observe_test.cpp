@@ -153,6 +153,15 @@ TEST(ObserveWorkers, NodeLostAfterTheGracePeriod) {
        true,
        {}},
       {"unscheduled pod", Pod(0, 0, "Pending", {}, {{"nodeName", ""}}), std::nullopt, false, {}},
+      // int64's largest grace period: adding it to the clock overflowed, and the worker was
+      // lost at once. Bounded to a year, it is not lost yet and the recheck comes then.
+      {"a grace period past the clock's range",
+       Pod(0, 0, "Running", {}, {{"terminationGracePeriodSeconds", INT64_MAX}}),
+       Node("False", "2026-03-01T11:59:50Z"), false,
+       lifecycle::Duration(std::chrono::seconds(int64_t{366} * 24 * 3600 - 10))},
+      {"a grace period that is not an integer counts as the default",
+       Pod(0, 0, "Running", {}, {{"terminationGracePeriodSeconds", "10"}}),
+       Node("False", "2026-03-01T11:59:50Z"), false, lifecycle::Duration(20s)},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -163,6 +172,30 @@ TEST(ObserveWorkers, NodeLostAfterTheGracePeriod) {
     EXPECT_EQ(o.workers[0].node_lost, c.lost);
     EXPECT_EQ(o.recheck_after, c.recheck);
   }
+}
+
+// Fields of other types than the API's read as absent rather than throwing (found by fuzzing
+// the objects the controller reads, apiserver_object_fuzz).
+TEST(ObserveWorkers, MistypedFieldsReadAsAbsent) {
+  Json pod = Pod(0, 0, "Failed");
+  pod["metadata"]["name"] = 12;
+  pod["status"]["reason"] = Json::array();
+  pod["status"]["conditions"] = {{{"type", nullptr}}, 3};
+  pod["status"]["containerStatuses"] = {
+      {{"name", "worker"}, {"state", {{"terminated", {{"exitCode", 1e30}, {"reason", 5}}}}}}};
+  pod["spec"]["nodeName"] = false;
+  ObservedWorkers o = ObserveWorkers({&pod}, nullptr, kNow);
+  ASSERT_EQ(o.workers.size(), 1u);
+  EXPECT_EQ(o.workers[0].name, "");
+  EXPECT_EQ(o.workers[0].exit_code, 0);
+  EXPECT_EQ(o.workers[0].reason, "");
+  EXPECT_FALSE(o.workers[0].ready);
+  EXPECT_EQ(NodeNameOf(pod), "");
+  pod["metadata"]["namespace"] = "default";
+  pod["metadata"]["labels"]["tessera.dev/job-name"] = "demo";
+  EXPECT_EQ(JobKeyOf(pod), "default/demo");
+  pod["metadata"]["labels"]["tessera.dev/job-name"] = 1;
+  EXPECT_EQ(JobKeyOf(pod), "");
 }
 
 TEST(ObserveWorkers, SkipsPodsWithoutLabelsAndDuplicateIndices) {

@@ -45,9 +45,18 @@ TEST(Rfc3339, FormatsAndParses) {
   EXPECT_EQ(T("2026-03-01T12:00:00+02:00"), T("2026-03-01T10:00:00Z"));
   EXPECT_EQ(T("2026-03-01T10:00:00.5Z"), T("2026-03-01T10:00:00Z") + 500ms);
   for (const char* bad : {"", "2026-03-01", "2026-13-01T00:00:00Z", "2026-03-01T10:00:00",
-                          "2026-03-01T10:00:00Zjunk", "2026-03-01T10:00:00.Z"}) {
+                          "2026-03-01T10:00:00Zjunk", "2026-03-01T10:00:00.Z",
+                          // Valid RFC 3339, but past what the clock's int64 of nanoseconds
+                          // holds (1678..2262): converting them overflowed.
+                          "9999-12-31T23:59:59Z", "0001-01-01T00:00:00Z"}) {
     EXPECT_FALSE(ParseTime(bad).has_value()) << bad;
   }
+}
+
+TEST(Rfc3339, ParsesTheEdgesOfTheClocksRange) {
+  EXPECT_TRUE(ParseTime("2262-01-01T00:00:00Z").has_value());
+  EXPECT_TRUE(ParseTime("1678-12-31T00:00:00Z").has_value());
+  EXPECT_FALSE(ParseTime("2262-12-31T00:00:00Z").has_value());
 }
 
 TEST(EncodeStatus, Fields) {

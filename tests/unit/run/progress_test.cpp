@@ -5,42 +5,6 @@
 namespace tessera::cli {
 namespace {
 
-TEST(ProgressJson, ParsesTheTrainersDocument) {
-  const auto r = ParseProgressJson(
-      R"({"step": 120, "totalSteps": 300, "loss": 2.5, "valLoss": 2.75,
-          "tokensPerSecond": 12345.5, "updatedAt": "2026-01-01T00:00:00Z"})");
-  ASSERT_TRUE(r.has_value());
-  EXPECT_EQ(r->step, 120);
-  EXPECT_EQ(r->total_steps, 300);
-  EXPECT_DOUBLE_EQ(r->loss, 2.5);
-  ASSERT_TRUE(r->val_loss.has_value());
-  EXPECT_DOUBLE_EQ(*r->val_loss, 2.75);
-  EXPECT_DOUBLE_EQ(r->tokens_per_second, 12345.5);
-}
-
-TEST(ProgressJson, NullValidationLossIsAbsent) {
-  const auto r = ParseProgressJson(R"({"step": 0, "totalSteps": 10, "loss": 0, "valLoss": null})");
-  ASSERT_TRUE(r.has_value());
-  EXPECT_FALSE(r->val_loss.has_value());
-}
-
-TEST(ProgressJson, RefusesWhatIsNotAProgressDocument) {
-  for (const char* body : {"", "not json", "[]", R"({"loss": 1})", R"({"step": "3"})"}) {
-    EXPECT_FALSE(ParseProgressJson(body).has_value()) << body;
-  }
-}
-
-// Converting a float past int64's range was undefined (found by fuzzing the readers).
-TEST(ProgressJson, TotalStepsIsAnIntegerOrUnknown) {
-  for (const char* total : {"2.001e+80", "18446744073709551615", "12.5"}) {
-    const auto r = ParseProgressJson(std::string(R"({"step": 3, "totalSteps": )") + total + "}");
-    ASSERT_TRUE(r.has_value()) << total;
-    EXPECT_EQ(r->total_steps, 0) << total;
-  }
-  EXPECT_EQ(ParseProgressJson(R"({"step": 3, "totalSteps": 9007199254740993})")->total_steps,
-            9007199254740993);
-}
-
 TEST(ProgressFetch, NothingListeningIsAbsentNotAHang) {
   // Port 1 on loopback is never a trainer; the call must come back with nothing.
   EXPECT_FALSE(FetchProgress(1, 200).has_value());

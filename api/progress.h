@@ -1,0 +1,38 @@
+// The trainer's /progress document: rank 0 serves it on its metrics port
+// (worker/train/metrics.h), the controller polls it into TrainingJob status and `tessera run`
+// draws its progress bar from it. One encoder and one decoder, so the writer and both readers
+// agree on every field and on what a reader refuses.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace tessera::api {
+
+struct ProgressDocument {
+  int64_t step = 0;         // steps done, >= 0
+  int64_t total_steps = 0;  // 0: unknown
+  double loss = 0;
+  std::optional<double> val_loss;  // null before the first validation
+  double tokens_per_second = 0;
+  std::string updated_at;  // RFC 3339 UTC of the last step; "" before it
+  bool operator==(const ProgressDocument&) const = default;
+};
+
+// {"step", "totalSteps", "loss", "valLoss" (null when absent), "tokensPerSecond",
+//  "updatedAt"}.
+std::string EncodeProgress(const ProgressDocument& progress);
+
+// The document, or nullopt when it is not an object with an integer "step" in [0, 2^63).
+// Every other field is optional: a missing or mistyped one reads as unknown (0, absent, ""),
+// and so does a "totalSteps" that is not an int64 (a float past int64's range would be
+// undefined to convert).
+std::optional<ProgressDocument> DecodeProgress(const nlohmann::json& body);
+// The same from the document's text (not JSON: nullopt).
+std::optional<ProgressDocument> DecodeProgressJson(std::string_view text);
+
+}  // namespace tessera::api

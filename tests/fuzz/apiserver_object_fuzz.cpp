@@ -1,0 +1,106 @@
+// Fuzz target: what the controller reads from the API server. Each line of the input is one
+// line of a watch stream: its framing ({"type", "object"}) is decoded, an error line becomes an
+// ApiError, and the object an event carries goes through every function that reads objects
+// from the server: the informer's key, indexes and packing, the cache trims, the pod and node
+// readers, ObserveWorkers, ViewJob/PolicyOf, DecodeStatus and the EndpointSlice built from a
+// pod. The API server validates what it stores, but a field's type is only as certain as a
+// schema, a proxy or a version allows: whatever the line holds, nothing may throw, crash or
+// hang, and every message quoted from it must be valid UTF-8 (it goes into events and status).
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "api/contract.h"
+#include "api/utf8.h"
+#include "controller/k8s/informer.h"
+#include "controller/k8s/object.h"
+#include "controller/k8s/rest.h"
+#include "controller/reconcile/cache_trim.h"
+#include "controller/reconcile/job_view.h"
+#include "controller/reconcile/objects.h"
+#include "controller/reconcile/observe.h"
+#include "controller/reconcile/status.h"
+
+namespace {
+
+using nlohmann::json;
+using namespace tessera;
+
+void RequireText(const std::string& message, const char* what) {
+  if (api::FirstInvalidUtf8(message)) {
+    std::fprintf(stderr, "apiserver_object_fuzz: %s is not UTF-8\n", what);
+    std::abort();
+  }
+}
+
+void ReadObject(const json& object) {
+  (void)k8s::KeyOf(object);
+  (void)k8s::IndexByLabel(api::kLabelJobName)(object);
+  (void)k8s::IndexByOwnerUid()(object);
+  // The informer caches objects as MessagePack.
+  if (json::from_msgpack(json::to_msgpack(object)) != object)
+    std::abort();
+
+  (void)reconcile::JobKeyOf(object);
+  (void)reconcile::ControlledBy(object, "u");
+  (void)reconcile::Deleting(object);
+  (void)reconcile::NodeNameOf(object);
+  (void)reconcile::NodeIsReady(object);
+  (void)reconcile::NodeNotReadySince(object);
+  const auto now = std::chrono::system_clock::now();
+  const reconcile::ObservedWorkers observed = reconcile::ObserveWorkers(
+      {&object}, [&object](const std::string&) { return &object; }, now);
+  for (const auto& worker : observed.workers)
+    RequireText(worker.message, "a worker's message");
+
+  const json& status = object.contains("status") ? object["status"] : json();
+  const reconcile::DecodedStatus decoded = reconcile::DecodeStatus(status);
+  (void)reconcile::EncodeStatus(decoded.status, decoded.detail).dump();
+  const reconcile::JobView view = reconcile::ViewJob(object);
+  (void)reconcile::PolicyOf(view);
+  if (!view.invalid) {
+    // What the controller writes for a job it read: all of it must encode.
+    (void)reconcile::DesiredEndpointSlice(view.job, {&object}).dump();
+    (void)reconcile::DesiredPod(view.job, 0, 1).dump();
+    (void)reconcile::DesiredService(view.job).dump();
+    (void)reconcile::DesiredSecret(view.job, "token").dump();
+    if (reconcile::RunsBuiltInTrainer(view.job))
+      (void)reconcile::DesiredTrainerConfigMap(view.job, 1).dump();
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string_view text(reinterpret_cast<const char*>(data), size);
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string_view::npos)
+      end = text.size();
+    const std::string_view line = text.substr(start, end - start);
+    start = end + 1;
+
+    RequireText(k8s::ErrorFromResponse(502, std::string(line)).message, "an error body");
+    k8s::Result<k8s::WatchEvent> event = k8s::DecodeWatchEvent(line);
+    if (!event.ok()) {
+      RequireText(event.error().message, "a watch error");
+      continue;
+    }
+    json object = event->object;
+    ReadObject(object);
+    for (void (*trim)(json&) : {k8s::StripManagedFields, reconcile::TrimPod, reconcile::TrimNode,
+                                reconcile::TrimTrainingJob}) {
+      json trimmed = object;
+      trim(trimmed);
+      ReadObject(trimmed);
+    }
+  }
+  return 0;
+}
