@@ -166,13 +166,14 @@ def measure(api, kind, workers, round_index, idle=0.0):
         time.sleep(idle)
         start = time.monotonic()
         api.request("POST", collection, obj)
+        posted = time.monotonic()
         path = collection
         if not done.wait(300):
             raise RuntimeError(f"{kind}: {workers} pods did not appear within 300s")
         conn.close()
         if "error" in result or "end" not in result:
             raise RuntimeError(f"{kind}: the watch ended: {result.get('error', 'closed')}")
-        return result["end"] - start, result["first"] - start
+        return result["end"] - start, result["first"] - start, posted - start
     finally:
         # The owner first, in the foreground, so its controller sees it deleting and leaves its
         # pods to the garbage collector (a namespace deleted under a live TrainingJob makes the
@@ -202,16 +203,16 @@ def main():
     # A warm-up of each, not counted: the first watch of a new CRD's resource can lag while the
     # API server fills its watch cache.
     for kind in ("tessera", "job"):
-        seconds, first = measure(api, kind, args.workers, 0)
+        seconds, first, posted = measure(api, kind, args.workers, 0)
         print(f"{kind} warm-up workers={args.workers} seconds={seconds:.3f} "
-              f"first_pod={first:.3f}", flush=True)
+              f"first_pod={first:.3f} posted={posted:.3f}", flush=True)
     for r in range(1, args.rounds + 1):
         order = ("tessera", "job") if r % 2 else ("job", "tessera")
         for kind in order:
-            seconds, first = measure(api, kind, args.workers, r, args.idle)
+            seconds, first, posted = measure(api, kind, args.workers, r, args.idle)
             times[kind].append(seconds)
             print(f"{kind} round={r} workers={args.workers} seconds={seconds:.3f} "
-                  f"first_pod={first:.3f}", flush=True)
+                  f"first_pod={first:.3f} posted={posted:.3f}", flush=True)
     t, j = statistics.median(times["tessera"]), statistics.median(times["job"])
     idle = f" idle={args.idle:g}s" if args.idle else ""
     print(f"median tessera={t:.3f}s job={j:.3f}s rounds={args.rounds}{idle}")

@@ -51,7 +51,13 @@ trap cleanup EXIT
 if [ "$qps/$burst" != 20/30 ]; then
   printf '%s\n' --kube-api-qps "$qps" --kube-api-burst "$burst" \
     >>"$TESSERA_CLUSTER_DIR/cmd/kube-controller-manager"
-  "$root/scripts/cluster.sh" restart kube-controller-manager >/dev/null 2>&1
+  # Its restart has failed now and then (silently, before this said so): say so, and try again.
+  restart_log=$TESSERA_CLUSTER_DIR/logs/kcm-restart.log
+  restart_kcm() { "$root/scripts/cluster.sh" restart kube-controller-manager >>"$restart_log" 2>&1; }
+  restart_kcm || { echo "run.sh: restarting kube-controller-manager failed; once more (see $restart_log)" >&2 && sleep 2 && restart_kcm; } || {
+    echo "run.sh: kube-controller-manager did not restart twice; see $restart_log" >&2
+    exit 1
+  }
   kcm=$(awk '$1 == "kube-controller-manager" { print $2 }' "$TESSERA_CLUSTER_DIR/pids")
   tr '\0' ' ' <"/proc/$kcm/cmdline" | grep -q -- "--kube-api-qps $qps --kube-api-burst $burst" || {
     echo "run.sh: kube-controller-manager did not restart with --kube-api-qps $qps --kube-api-burst $burst" >&2
