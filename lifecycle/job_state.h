@@ -61,6 +61,7 @@ struct Worker {
   bool node_lost = false;
   bool deleting = false;  // deletion requested (deletionTimestamp set, or SIGTERM sent)
   std::string name{};     // for messages and lastFailure.worker; empty: "worker-<index>"
+  bool operator==(const Worker&) const = default;
 };
 
 // What the caller observes now.

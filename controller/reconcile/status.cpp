@@ -1,6 +1,7 @@
 #include "controller/reconcile/status.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "controller/reconcile/rfc3339.h"
 
@@ -17,11 +18,21 @@ std::optional<TimePoint> ReadTime(const Json& object, const char* key) {
   return ParseTime(it->get_ref<const std::string&>());
 }
 
+// An integer field; a float (an older writer's) counts when it is within int64's range
+// (converting one past it is undefined: a status with "active": 2e118 was, found by
+// apiserver_object_fuzz), as does an unsigned one; anything else is `fallback`.
 int64_t ReadInt(const Json& object, const char* key, int64_t fallback = 0) {
   auto it = object.find(key);
   if (it == object.end() || !it->is_number())
     return fallback;
-  return it->is_number_integer() ? it->get<int64_t>() : static_cast<int64_t>(it->get<double>());
+  if (it->is_number_unsigned())
+    return std::in_range<int64_t>(it->get<uint64_t>()) ? it->get<int64_t>() : fallback;
+  if (it->is_number_integer())
+    return it->get<int64_t>();
+  const double d = it->get<double>();
+  // 2^63 is exact as a double; every double in [-2^63, 2^63) converts.
+  return d >= -9223372036854775808.0 && d < 9223372036854775808.0 ? static_cast<int64_t>(d)
+                                                                  : fallback;
 }
 
 double ReadDouble(const Json& object, const char* key) {

@@ -6,6 +6,8 @@
 // pod. The API server validates what it stores, but a field's type is only as certain as a
 // schema, a proxy or a version allows: whatever the line holds, nothing may throw, crash or
 // hang, and every message quoted from it must be valid UTF-8 (it goes into events and status).
+// The informer caches pods and nodes trimmed, so what reconcile reads of a trimmed one must
+// also equal what it reads of the object as sent.
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -26,6 +28,7 @@
 #include "controller/reconcile/objects.h"
 #include "controller/reconcile/observe.h"
 #include "controller/reconcile/status.h"
+#include "lifecycle/decide.h"
 
 namespace {
 
@@ -63,7 +66,14 @@ void ReadObject(const json& object) {
   const reconcile::DecodedStatus decoded = reconcile::DecodeStatus(status);
   (void)reconcile::EncodeStatus(decoded.status, decoded.detail).dump();
   const reconcile::JobView view = reconcile::ViewJob(object);
-  (void)reconcile::PolicyOf(view);
+  // What the lifecycle decides from the job's own status and the object as its only pod.
+  lifecycle::Observation observation;
+  observation.workers = observed.workers;
+  const lifecycle::Status previous = reconcile::RecoverPrunedFields(decoded, std::nullopt, {});
+  (void)reconcile::EncodeStatus(
+      lifecycle::Decide(reconcile::PolicyOf(view), previous, observation, now).status,
+      decoded.detail)
+      .dump();
   if (!view.invalid) {
     // What the controller writes for a job it read: all of it must encode.
     (void)reconcile::DesiredEndpointSlice(view.job, {&object}).dump();
@@ -72,6 +82,40 @@ void ReadObject(const json& object) {
     (void)reconcile::DesiredSecret(view.job, "token").dump();
     if (reconcile::RunsBuiltInTrainer(view.job))
       (void)reconcile::DesiredTrainerConfigMap(view.job, 1).dump();
+  }
+}
+
+// The informer caches pods and nodes trimmed (cache_trim.h): whatever reconcile reads of the
+// trimmed object must be what it reads of the object the server sent, or a trim dropped a
+// field that reconcile needs.
+void SameAfterTrim(const json& object) {
+  json pod = object;
+  reconcile::TrimPod(pod);
+  json node = object;
+  reconcile::TrimNode(node);
+  bool same = reconcile::JobKeyOf(pod) == reconcile::JobKeyOf(object) &&
+              reconcile::Deleting(pod) == reconcile::Deleting(object) &&
+              reconcile::NodeNameOf(pod) == reconcile::NodeNameOf(object) &&
+              k8s::KeyOf(pod) == k8s::KeyOf(object) &&
+              reconcile::NodeIsReady(node) == reconcile::NodeIsReady(object) &&
+              reconcile::NodeNotReadySince(node) == reconcile::NodeNotReadySince(object) &&
+              k8s::MetaString(pod, "uid") == k8s::MetaString(object, "uid") &&
+              k8s::StringAt(k8s::ObjectAt(pod, "status"), "podIP") ==
+                  k8s::StringAt(k8s::ObjectAt(object, "status"), "podIP");
+  std::vector<std::string> owners = k8s::IndexByOwnerUid()(object);
+  owners.push_back("u");
+  for (const std::string& uid : owners)
+    same = same && reconcile::ControlledBy(pod, uid) == reconcile::ControlledBy(object, uid);
+  const auto now = std::chrono::system_clock::now();
+  const reconcile::ObservedWorkers full = reconcile::ObserveWorkers(
+      {&object}, [&object](const std::string&) { return &object; }, now);
+  const reconcile::ObservedWorkers trimmed = reconcile::ObserveWorkers(
+      {&pod}, [&node](const std::string&) { return &node; }, now);
+  same = same && full.workers == trimmed.workers && full.recheck_after == trimmed.recheck_after &&
+         full.pods.size() == trimmed.pods.size();
+  if (!same) {
+    std::fprintf(stderr, "apiserver_object_fuzz: reconcile reads the trimmed object differently\n");
+    std::abort();
   }
 }
 
@@ -95,6 +139,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     json object = event->object;
     ReadObject(object);
+    SameAfterTrim(object);
     for (void (*trim)(json&) : {k8s::StripManagedFields, reconcile::TrimPod, reconcile::TrimNode,
                                 reconcile::TrimTrainingJob}) {
       json trimmed = object;
