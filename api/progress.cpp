@@ -1,32 +1,10 @@
 #include "api/progress.h"
 
+#include "api/json_fields.h"
+
 #include <nlohmann/json.hpp>
 
-#include <utility>
-
 namespace tessera::api {
-namespace {
-
-// An integer that fits int64_t, else nullopt (nlohmann keeps integers above INT64_MAX as
-// unsigned; reading one as int64_t would wrap).
-std::optional<int64_t> Int64At(const nlohmann::json& body, const char* key) {
-  auto it = body.find(key);
-  if (it == body.end() || !it->is_number_integer())
-    return std::nullopt;
-  if (it->is_number_unsigned() && !std::in_range<int64_t>(it->get<uint64_t>()))
-    return std::nullopt;
-  return it->get<int64_t>();
-}
-
-std::optional<double> NumberAt(const nlohmann::json& body, const char* key) {
-  auto it = body.find(key);
-  if (it == body.end() || !it->is_number())
-    return std::nullopt;
-  return it->get<double>();
-}
-
-}  // namespace
-
 std::string EncodeProgress(const ProgressDocument& progress) {
   nlohmann::json j = {
       {"step", progress.step},
@@ -44,17 +22,16 @@ std::string EncodeProgress(const ProgressDocument& progress) {
 std::optional<ProgressDocument> DecodeProgress(const nlohmann::json& body) {
   if (!body.is_object())
     return std::nullopt;
-  const std::optional<int64_t> step = Int64At(body, "step");
+  const std::optional<int64_t> step = IntegerAt(body, "step");
   if (!step || *step < 0)
     return std::nullopt;
   ProgressDocument p;
   p.step = *step;
-  p.total_steps = Int64At(body, "totalSteps").value_or(0);
+  p.total_steps = IntegerAt(body, "totalSteps").value_or(0);
   p.loss = NumberAt(body, "loss").value_or(0);
   p.val_loss = NumberAt(body, "valLoss");
   p.tokens_per_second = NumberAt(body, "tokensPerSecond").value_or(0);
-  if (auto it = body.find("updatedAt"); it != body.end() && it->is_string())
-    p.updated_at = it->get<std::string>();
+  p.updated_at = StringAt(body, "updatedAt");
   return p;
 }
 

@@ -33,8 +33,9 @@ IndexFunc IndexByLabel(std::string key) {
 IndexFunc IndexByOwnerUid() {
   return [](const Json& object) {
     std::vector<std::string> uids;
-    auto owners = Metadata(object).find("ownerReferences");
-    if (owners == Metadata(object).end() || !owners->is_array())
+    const Json& meta = Metadata(object);
+    auto owners = meta.find("ownerReferences");
+    if (owners == meta.end() || !owners->is_array())
       return uids;
     for (const auto& owner : *owners) {
       if (std::string uid = StringAt(owner, "uid"); !uid.empty())

@@ -3,6 +3,7 @@
 #include "api/codec.h"
 #include "api/validate.h"
 #include "controller/k8s/object.h"
+#include "controller/reconcile/observe.h"
 #include "lifecycle/from_api.h"
 
 namespace tessera::reconcile {
@@ -23,12 +24,9 @@ std::string JoinErrors(const std::vector<api::FieldError>& errors) {
 JobView ViewJob(const nlohmann::json& object) {
   JobView view;
   const nlohmann::json& meta = k8s::Metadata(object);
-  auto str = [&](const char* key) {
-    auto it = meta.find(key);
-    return it != meta.end() && it->is_string() ? it->get<std::string>() : std::string();
-  };
+  auto str = [&](const char* key) { return k8s::StringAt(meta, key); };
   view.resource_version = str("resourceVersion");
-  view.deleting = meta.contains("deletionTimestamp") && !meta["deletionTimestamp"].is_null();
+  view.deleting = Deleting(object);
 
   // Only what the API types know: the server adds metadata (managedFields, timestamps) that is
   // none of the codec's business, and the status is the controller's own.

@@ -11,6 +11,7 @@
 #include "api/crd.h"
 #include "api/version.h"
 #include "controller/k8s/object.h"
+#include "controller/reconcile/observe.h"
 
 namespace tessera::reconcile {
 namespace {
@@ -215,7 +216,7 @@ Json DesiredEndpointSlice(const api::TrainingJob& job, const std::vector<const J
   for (const Json* pod : sorted) {
     const Json& meta = k8s::Metadata(*pod);
     const std::string ip = k8s::StringAt(k8s::ObjectAt(*pod, "status"), "podIP");
-    if (ip.empty() || meta.contains("deletionTimestamp"))
+    if (ip.empty() || Deleting(*pod))
       continue;
     const std::string ip_family = ip.find(':') == std::string::npos ? "IPv4" : "IPv6";
     if (family.empty())

@@ -82,13 +82,15 @@ lifecycle::WorkerPhase PhaseOf(const Json& pod) {
 }  // namespace
 
 std::string JobKeyOf(const Json& object) {
-  const std::string job = StringAt(ObjectAt(Metadata(object), "labels"), api::kLabelJobName);
-  return job.empty() ? "" : StringAt(Metadata(object), "namespace") + "/" + job;
+  const Json& meta = Metadata(object);
+  const std::string job = StringAt(ObjectAt(meta, "labels"), api::kLabelJobName);
+  return job.empty() ? "" : StringAt(meta, "namespace") + "/" + job;
 }
 
 bool ControlledBy(const Json& object, const std::string& uid) {
-  auto owners = Metadata(object).find("ownerReferences");
-  if (owners == Metadata(object).end() || !owners->is_array())
+  const Json& meta = Metadata(object);
+  auto owners = meta.find("ownerReferences");
+  if (owners == meta.end() || !owners->is_array())
     return false;
   for (const Json& owner : *owners) {
     auto controller = owner.is_object() ? owner.find("controller") : owner.end();
@@ -100,8 +102,9 @@ bool ControlledBy(const Json& object, const std::string& uid) {
 }
 
 bool Deleting(const Json& object) {
-  auto at = Metadata(object).find("deletionTimestamp");
-  return at != Metadata(object).end() && !at->is_null();
+  const Json& meta = Metadata(object);
+  auto at = meta.find("deletionTimestamp");
+  return at != meta.end() && !at->is_null();
 }
 
 std::string NodeNameOf(const Json& pod) {

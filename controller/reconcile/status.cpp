@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "api/json_fields.h"
 #include "controller/reconcile/rfc3339.h"
 
 namespace tessera::reconcile {
@@ -20,35 +21,17 @@ std::optional<TimePoint> ReadTime(const Json& object, const char* key) {
 
 // An integer field; a float (an older writer's) counts when it is within int64's range
 // (converting one past it is undefined: a status with "active": 2e118 was, found by
-// apiserver_object_fuzz), as does an unsigned one; anything else is `fallback`.
+// apiserver_object_fuzz); anything else is `fallback`.
 int64_t ReadInt(const Json& object, const char* key, int64_t fallback = 0) {
+  if (const std::optional<int64_t> i = api::IntegerAt(object, key))
+    return *i;
   auto it = object.find(key);
-  if (it == object.end() || !it->is_number())
+  if (it == object.end() || !it->is_number_float())
     return fallback;
-  if (it->is_number_unsigned())
-    return std::in_range<int64_t>(it->get<uint64_t>()) ? it->get<int64_t>() : fallback;
-  if (it->is_number_integer())
-    return it->get<int64_t>();
   const double d = it->get<double>();
   // 2^63 is exact as a double; every double in [-2^63, 2^63) converts.
   return d >= -9223372036854775808.0 && d < 9223372036854775808.0 ? static_cast<int64_t>(d)
                                                                   : fallback;
-}
-
-double ReadDouble(const Json& object, const char* key) {
-  auto it = object.find(key);
-  return it != object.end() && it->is_number() ? it->get<double>() : 0.0;
-}
-
-std::string ReadString(const Json& object, const char* key) {
-  auto it = object.find(key);
-  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
-}
-
-const Json& Object(const Json& parent, const char* key) {
-  static const Json empty = Json::object();
-  auto it = parent.find(key);
-  return it != parent.end() && it->is_object() ? *it : empty;
 }
 
 }  // namespace
@@ -110,26 +93,26 @@ DecodedStatus DecodeStatus(const Json& in) {
   if (!in.is_object())
     return out;
   lifecycle::Status& s = out.status;
-  s.phase = lifecycle::ParsePhase(ReadString(in, "phase")).value_or(lifecycle::Phase::kPending);
+  s.phase = lifecycle::ParsePhase(api::StringAt(in, "phase")).value_or(lifecycle::Phase::kPending);
   if (auto it = in.find("conditions"); it != in.end() && it->is_array()) {
     for (const Json& cj : *it) {
       if (!cj.is_object())
         continue;
-      auto type = lifecycle::ParseConditionType(ReadString(cj, "type"));
-      auto cstatus = lifecycle::ParseConditionStatus(ReadString(cj, "status"));
+      auto type = lifecycle::ParseConditionType(api::StringAt(cj, "type"));
+      auto cstatus = lifecycle::ParseConditionStatus(api::StringAt(cj, "status"));
       if (!type || !cstatus)
         continue;
       lifecycle::Condition c;
       c.type = *type;
       c.status = *cstatus;
-      c.reason = ReadString(cj, "reason");
-      c.message = ReadString(cj, "message");
+      c.reason = api::StringAt(cj, "reason");
+      c.message = api::StringAt(cj, "message");
       c.last_transition_time = ReadTime(cj, "lastTransitionTime").value_or(TimePoint{});
       c.observed_generation = ReadInt(cj, "observedGeneration");
       s.conditions.push_back(std::move(c));
     }
   }
-  const Json& workers = Object(in, "workers");
+  const Json& workers = api::ObjectAt(in, "workers");
   s.workers = {ReadInt(workers, "active"), ReadInt(workers, "ready"), ReadInt(workers, "succeeded"),
                ReadInt(workers, "failed")};
   s.restarts = ReadInt(in, "restarts");
@@ -138,8 +121,8 @@ DecodedStatus DecodeStatus(const Json& in) {
   s.attempt_start_time = ReadTime(in, "attemptStartTime");
   out.has_attempt_start_time = s.attempt_start_time.has_value();
   if (auto it = in.find("lastFailure"); it != in.end() && it->is_object()) {
-    s.last_failure = lifecycle::Failure{ReadString(*it, "reason"), ReadString(*it, "message"),
-                                        ReadString(*it, "worker"), ReadInt(*it, "exitCode")};
+    s.last_failure = lifecycle::Failure{api::StringAt(*it, "reason"), api::StringAt(*it, "message"),
+                                        api::StringAt(*it, "worker"), ReadInt(*it, "exitCode")};
   }
   if (auto it = in.find("progress"); it != in.end() && it->is_object()) {
     const auto updated = ReadTime(*it, "updatedAt");
@@ -148,8 +131,8 @@ DecodedStatus DecodeStatus(const Json& in) {
       s.progress =
           lifecycle::ProgressMark{ReadInt(*it, "attempt", -1), ReadInt(*it, "step"), *updated};
     }
-    out.detail = {ReadInt(*it, "totalSteps"), ReadDouble(*it, "loss"),
-                  ReadDouble(*it, "tokensPerSecond"), std::nullopt};
+    out.detail = {ReadInt(*it, "totalSteps"), api::NumberAt(*it, "loss").value_or(0),
+                  api::NumberAt(*it, "tokensPerSecond").value_or(0), std::nullopt};
     if (auto v = it->find("valLoss"); v != it->end() && v->is_number())
       out.detail.val_loss = v->get<double>();
   }
