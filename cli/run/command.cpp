@@ -31,6 +31,10 @@ void AddRunCommand(CLI::App* app, int* rc) {
                   "Built-in trainer: print this many bytes sampled from the final model")
       ->check(CLI::Range(0, 1 << 20));
   run->add_option("--prompt", options->sample_prompt, "Text the sample starts from");
+  run->add_option("--metrics-port", options->metrics_port,
+                  "Rank r serves /metrics and /progress on this port + r in every attempt (a "
+                  "fixed target for Prometheus); default: free ports, new each attempt")
+      ->check(CLI::Range(1, 65535));
   run->add_option("--worker-binary", options->worker_binary,
                   "tessera-worker to run ranks with; default: next to this executable");
   run->callback([options, rc] { *rc = RunJob(*options); });

@@ -138,6 +138,21 @@ int FreeLoopbackPort() {
   return port;
 }
 
+bool PortIsFree(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return false;
+  const int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  const bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  ::close(fd);
+  return free;
+}
+
 std::string RandomHex(size_t bytes) {
   std::vector<unsigned char> raw(bytes);
   std::ifstream in("/dev/urandom", std::ios::binary);

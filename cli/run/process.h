@@ -45,6 +45,10 @@ std::vector<std::pair<pid_t, int>> ReapExitedChildren();
 // Returns 0 when none could be had.
 int FreeLoopbackPort();
 
+// Whether a listener could bind TCP `port` on all interfaces now, as a rank's metrics server
+// does (SO_REUSEADDR, so a connection of an earlier listener in TIME_WAIT does not count).
+bool PortIsFree(int port);
+
 // `bytes` random bytes from /dev/urandom as lower-case hex.
 std::string RandomHex(size_t bytes);
 

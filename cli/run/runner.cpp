@@ -387,15 +387,22 @@ void LocalRun::ShowProgress(bool force_line) {
 }
 
 void LocalRun::CreateWorkers(const lifecycle::CreateWorkers& create) {
-  // Fresh ports per attempt: the previous attempt's may linger in TIME_WAIT.
-  const int rdzv_port = FreeLoopbackPort();
+  // Fresh ports per attempt: the previous attempt's may linger in TIME_WAIT. None of them in
+  // the range --metrics-port reserves.
+  const int64_t world = api::WorldSize(job_.spec);
+  auto reserved = [&](int port) {
+    return options_.metrics_port > 0 && port >= options_.metrics_port &&
+           port < options_.metrics_port + world;
+  };
+  int rdzv_port = FreeLoopbackPort();
+  while (reserved(rdzv_port))
+    rdzv_port = FreeLoopbackPort();
   int master_port = FreeLoopbackPort();
-  while (master_port == rdzv_port)
+  while (master_port == rdzv_port || reserved(master_port))
     master_port = FreeLoopbackPort();
   const std::string endpoint = fmt::format("127.0.0.1:{}", rdzv_port);
   const std::string token = RandomHex(16);
   const std::string checkpoint_dir = trainer_ ? trainer_->checkpoint.dir : "";
-  const int64_t world = api::WorldSize(job_.spec);
   const char* omp = std::getenv("OMP_NUM_THREADS");
   const std::string threads =
       std::to_string(std::max<int64_t>(1, UsableCores() / std::max<int64_t>(1, world)));
@@ -425,7 +432,8 @@ void LocalRun::CreateWorkers(const lifecycle::CreateWorkers& create) {
       Rank r;
       r.local_rank = local;
       r.rank = index * procs_per_worker_ + local;
-      r.metrics_port = FreeLoopbackPort();
+      r.metrics_port = options_.metrics_port > 0 ? options_.metrics_port + static_cast<int>(r.rank)
+                                                 : FreeLoopbackPort();
       r.log_path =
           (run_dir_ / "logs" / fmt::format("worker-{}-rank-{}.log", index, local)).string();
       ProcessSpec spec;
@@ -897,6 +905,28 @@ int RunJob(const RunOptions& options) {
       return BadConfig(worker_binary +
                        ": tessera-worker not found or not executable; build it next to tessera "
                        "or pass --worker-binary");
+    }
+  }
+
+  if (options.metrics_port > 0) {
+    // Checked before anything starts: a rank that cannot bind its port would fail every
+    // attempt the same way.
+    const int64_t world = api::WorldSize(job.spec);
+    const int64_t last = options.metrics_port + world - 1;
+    if (last > 65535) {
+      return BadConfig(fmt::format(
+          "--metrics-port {}: the {} rank(s) need ports {}..{}, past 65535; choose a port of at "
+          "most {}",
+          options.metrics_port, world, options.metrics_port, last, 65536 - world));
+    }
+    for (int64_t rank = 0; rank < world; ++rank) {
+      const int port = options.metrics_port + static_cast<int>(rank);
+      if (!PortIsFree(port)) {
+        return BadConfig(fmt::format(
+            "--metrics-port {}: port {} (rank {}) is in use; choose another port (the ranks "
+            "take {}..{}) or leave --metrics-port out",
+            options.metrics_port, port, rank, options.metrics_port, last));
+      }
     }
   }
 

@@ -29,6 +29,9 @@ struct RunOptions {
   std::string sample_prompt = "\n";
   std::string worker_binary;  // tessera-worker; empty: $TESSERA_WORKER_BINARY, else next to
                               // the running executable
+  // Rank r serves /metrics and /progress on metrics_port + r in every attempt; 0: a free port
+  // per rank, chosen afresh for each attempt (status.json says which).
+  int metrics_port = 0;
   double progress_interval_seconds = 1;  // how often rank 0's /progress is read
   double log_interval_seconds = 10;      // plain progress lines when stderr is not a terminal
 };
