@@ -1,20 +1,20 @@
 #!/usr/bin/env bash
-# A real Prometheus (Debian's package) scrapes a training `tessera-worker rank`, and every
-# panel query of the "Tessera / Training" dashboard returns at least one series; empty panels
-# are listed by title. Also: `promtool check metrics` is clean on the worker's /metrics, every
-# tessera_ metric it exports is in docs/metrics.md, and every metric of that page's Training
-# table is exported.
+# A real Prometheus (Debian's package) scrapes a training `tessera run --metrics-port` of two
+# data-parallel ranks, with the scrape configuration docs/local-mode.md gives, and every panel
+# query of the "Tessera / Training" dashboard returns at least one series; empty panels are
+# listed by title. Also: `promtool check metrics` is clean on rank 0's /metrics, every tessera_
+# metric it exports is in docs/metrics.md, and every metric of that page's Training table is
+# exported.
 #
-# Panels over metrics this worker does not export at all are listed as such and fail the test
-# (every metric of the dashboard is exported from the first scrape, the communication and
-# pipeline ones at zero in a one-rank job); TESSERA_STRICT_PANELS=0 lists them without
-# failing, for a dashboard drafted ahead of its metric.
+# Panels over metrics the worker does not export at all are listed as such and fail the test
+# (every metric of the dashboard is exported from the first scrape); TESSERA_STRICT_PANELS=0
+# lists them without failing, for a dashboard drafted ahead of its metric.
 #
 # Loopback only: Prometheus listens on 127.0.0.1 and scrapes 127.0.0.1.
-# Environment: TESSERA_SOURCE_DIR, TESSERA_WORKER (the tessera-worker binary).
+# Environment: TESSERA_SOURCE_DIR, TESSERA (the tessera binary, with tessera-worker beside it).
 set -euo pipefail
 fail() { printf 'FAIL: %s\n' "$*" >&2; exit 1; }
-: "${TESSERA_SOURCE_DIR:?run through ctest}" "${TESSERA_WORKER:?run through ctest}"
+: "${TESSERA_SOURCE_DIR:?run through ctest}" "${TESSERA:?run through ctest}"
 command -v prometheus >/dev/null || fail "prometheus not found: install Debian's prometheus package (scripts/setup.sh)"
 command -v promtool >/dev/null || fail "promtool not found: install Debian's prometheus package"
 
@@ -22,10 +22,11 @@ work=$(mktemp -d)
 pids=()
 cleanup() {
   local status=$? pid
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do kill -INT "$pid" 2>/dev/null || true; done
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
   if [ $status -ne 0 ]; then
-    echo "---- worker log (tail)"; tail -20 "$work/worker.log" 2>/dev/null || true
+    echo "---- tessera run (tail)"; tail -20 "$work/run.log" 2>/dev/null || true
+    echo "---- rank 0 log (tail)"; tail -20 "$work/run/logs/worker-0-rank-0.log" 2>/dev/null || true
     echo "---- prometheus log (tail)"; tail -20 "$work/prometheus.log" 2>/dev/null || true
   fi
   rm -rf "$work"
@@ -45,27 +46,37 @@ wait_for() {
 http_get() { /usr/bin/python3 -c 'import sys, urllib.request
 print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode(), end="")' "$1"; }
 
-# 1. A small model that trains for longer than the test needs (stopped at the end), with
-# frequent evaluations and checkpoints so that every training metric moves.
-cat >"$work/trainer.yaml" <<YAML
-model: {layers: 1, dModel: 32, heads: 2, seqLen: 32, vocab: 256}
-data: {path: $TESSERA_SOURCE_DIR/data/tinyshakespeare.txt, validationFraction: 0.1}
-batch: {global: 8}
-optimizer: {lr: 1.0e-3}
-schedule: {steps: 1000000, warmupSteps: 10, evalEvery: 5, evalBatches: 1}
-checkpoint: {everySteps: 5, keep: 1}
-metrics: {port: 0, peakFlopsPerSecond: 1.0e+11}
-logEvery: 1000
-YAML
-RANK=0 WORLD_SIZE=1 TESSERA_METRICS_PORT=0 TESSERA_CHECKPOINT_DIR="$work/ckpt" \
-  "$TESSERA_WORKER" rank --config "$work/trainer.yaml" --threads 1 >"$work/worker.log" 2>&1 &
+# 1. The demo job, smaller, training for longer than the test needs (interrupted at the end),
+# with a checkpoint every 5 steps so that every training metric moves; its two ranks on fixed
+# metrics ports.
+port=$(/usr/bin/python3 - <<'PY'
+import random, socket
+for _ in range(200):
+    port = random.randrange(20000, 60000)
+    try:
+        for p in (port, port + 1):
+            s = socket.socket()
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("", p))
+            s.close()
+    except OSError:
+        continue
+    print(port)
+    break
+PY
+)
+[ -n "$port" ] || fail "found no two free consecutive ports"
+(cd "$TESSERA_SOURCE_DIR" && exec "$TESSERA" run manifests/examples/cpu-tiny.yaml \
+  --set spec.trainer.model.layers=1 --set spec.trainer.model.dModel=32 \
+  --set spec.trainer.model.heads=2 --set spec.trainer.model.seqLen=32 \
+  --set spec.trainer.batch.global=8 --set spec.trainer.schedule.steps=1000000 \
+  --set spec.trainer.schedule.warmupSteps=10 --set spec.trainer.checkpoint.everySteps=5 \
+  --set spec.trainer.checkpoint.keep=1 --metrics-port "$port" --grace-period 5 \
+  --workdir "$work/run") >"$work/run.log" 2>&1 &
 pids+=($!)
-worker_port() { grep -o 'metrics on port [0-9]*' "$work/worker.log" | grep -o '[0-9]*$'; }
-wait_for 60 "the worker to log its metrics port" worker_port
-port=$(worker_port)
-wait_for 60 "the worker's first step" bash -c \
+wait_for 90 "rank 0's first step on port $port" bash -c \
   "curl -sf http://127.0.0.1:$port/progress | grep -q '\"step\":[1-9]'"
-echo "ok: tessera-worker trains, metrics on 127.0.0.1:$port"
+echo "ok: tessera run trains, rank 0's metrics on 127.0.0.1:$port, rank 1's on $((port + 1))"
 
 # 2. promtool check metrics: clean (no errors, no lint problems).
 http_get "http://127.0.0.1:$port/metrics" >"$work/metrics.txt"
@@ -89,17 +100,22 @@ if [ -f "$TESSERA_SOURCE_DIR/docs/metrics.md" ]; then
   echo "ok: every training metric of docs/metrics.md ($(echo $documented | wc -w)) is exported"
 fi
 
-# 3. Prometheus on a free loopback port, scraping the worker every second with the labels a
-# PodMonitor of charts/tessera gives (namespace, pod, trainingjob, worker).
+# 3. Prometheus on a free loopback port, scraping the run every second with the scrape_configs
+# of docs/local-mode.md (its ports 9400, 9401 replaced by the run's).
 pport=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-cat >"$work/prometheus.yml" <<YAML
-global: {scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s}
-scrape_configs:
-  - job_name: tessera-workers
-    static_configs:
-      - targets: ["127.0.0.1:$port"]
-        labels: {namespace: e2e, pod: prom-e2e-worker-0, trainingjob: prom-e2e, worker: "0"}
-YAML
+/usr/bin/python3 - "$TESSERA_SOURCE_DIR/docs/local-mode.md" "$port" >"$work/prometheus.yml" <<'PY' ||
+import re, sys
+doc, port = open(sys.argv[1]).read(), int(sys.argv[2])
+blocks = [b for b in re.findall(r"```yaml\n(.*?)```", doc, re.S) if "scrape_configs:" in b]
+if len(blocks) != 1:
+    sys.exit("docs/local-mode.md: want one yaml block with scrape_configs, found %d" % len(blocks))
+if "127.0.0.1:9400" not in blocks[0] or "127.0.0.1:9401" not in blocks[0]:
+    sys.exit("docs/local-mode.md: the scrape config no longer targets 127.0.0.1:9400 and 9401")
+block = blocks[0].replace("127.0.0.1:9401", f"127.0.0.1:{port + 1}").replace("127.0.0.1:9400", f"127.0.0.1:{port}")
+print("global: {scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s}")
+print(re.sub(r"scrape_interval: \S+", "scrape_interval: 1s", block), end="")
+PY
+  fail "no scrape configuration from docs/local-mode.md"
 promtool check config "$work/prometheus.yml" >/dev/null || fail "promtool check config refused the test's prometheus.yml"
 prometheus --config.file="$work/prometheus.yml" --storage.tsdb.path="$work/tsdb" \
   --web.listen-address="127.0.0.1:$pport" --log.level=warn >"$work/prometheus.log" 2>&1 &
@@ -112,7 +128,10 @@ enough() {
     /usr/bin/python3 -c 'import json, sys; sys.exit(0 if json.load(sys.stdin)["data"]["result"] else 1)'
 }
 wait_for 120 "10 scrapes with two checkpoints written" enough
-echo "ok: Prometheus scraped the worker"
+targets_up=$(http_get "$api/query?query=count(up%20%3D%3D%201)" |
+  /usr/bin/python3 -c 'import json, sys; r = json.load(sys.stdin)["data"]["result"]; print(r[0]["value"][1] if r else 0)')
+[ "$targets_up" = 2 ] || fail "$targets_up scrape targets up, want both ranks"
+echo "ok: Prometheus scraped both ranks"
 
 # 4. Every panel query of the Training dashboard, with the dashboard's variables set to All.
 /usr/bin/python3 - "$TESSERA_SOURCE_DIR/dashboards/tessera-training.json" "$api" "$work/metrics.txt" <<'PY'
