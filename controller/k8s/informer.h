@@ -54,7 +54,9 @@ struct InformerOptions {
   std::string field_selector;
   ReflectorOptions reflector;  // its selectors are overwritten by the two above
   // Applied to every object before it is cached or handed to handlers (saves memory);
-  // null keeps objects exactly as the server sent them.
+  // null keeps objects exactly as the server sent them. With `reflector.object_filter` the
+  // transform sees only the fields the filter kept (which must include metadata.name,
+  // namespace and resourceVersion, and whatever the indexes read).
   std::function<void(Json& object)> transform = StripManagedFields;
 };
 

@@ -185,7 +185,7 @@ void RestClient::Observe(const std::string& verb, int code) {
 
 Result<Json> RestClient::Do(const std::string& verb, const std::string& method,
                             const std::string& path, const Json* body,
-                            const std::string& content_type) {
+                            const std::string& content_type, const FieldFilter* response_filter) {
   limiter_.Wait();
   HttpRequest request;
   request.method = method;
@@ -205,10 +205,13 @@ Result<Json> RestClient::Do(const std::string& verb, const std::string& method,
   if (response->status < 200 || response->status >= 300) {
     return ErrorFromResponse(response->status, response->body);
   }
-  Json parsed = Json::parse(response->body, nullptr, /*allow_exceptions=*/false);
+  Json parsed = response_filter != nullptr
+                    ? ParseFiltered(response->body, *response_filter)
+                    : Json::parse(response->body, nullptr, /*allow_exceptions=*/false);
   if (parsed.is_discarded()) {
-    return ApiError{response->status, "InvalidResponse",
-                    "the server's response is not JSON: " + response->body.substr(0, 200)};
+    return ApiError{
+        response->status, "InvalidResponse",
+        "the server's response is not JSON: " + api::ValidUtf8Prefix(response->body, 200)};
   }
   return parsed;
 }
@@ -230,7 +233,12 @@ Result<Json> RestClient::List(const ResourceRef& ref, const ListOptions& options
   if (options.limit > 0)
     AddQuery(path, "limit", std::to_string(options.limit));
   AddQuery(path, "continue", options.continue_token);
-  return Do("list", "GET", path, nullptr);
+  if (options.item_filter == nullptr)
+    return Do("list", "GET", path, nullptr);
+  // The list's own metadata (resourceVersion, continue) whole; of each item what is asked.
+  const FieldFilter filter =
+      FieldFilter::Under("items", options.item_filter, {"apiVersion", "kind", "metadata"});
+  return Do("list", "GET", path, nullptr, "application/json", &filter);
 }
 
 Result<Json> RestClient::Create(const ResourceRef& ref, const Json& object) {
@@ -267,8 +275,17 @@ Result<Json> RestClient::PatchStatus(const ResourceRef& ref, PatchType type, con
   return Do("patch", "PATCH", ref.Path("status"), &patch, PatchContentType(type));
 }
 
-Result<WatchEvent> DecodeWatchEvent(std::string_view line) {
-  Json parsed = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+Result<WatchEvent> DecodeWatchEvent(std::string_view line,
+                                    std::shared_ptr<const FieldFilter> object_filter) {
+  Json parsed;
+  if (object_filter != nullptr) {
+    parsed = ParseFiltered(line, FieldFilter::Under("object", std::move(object_filter), {"type"}));
+    // An ERROR's object is a Status, which the filter (made for the watched kind) would cut.
+    if (StringAt(parsed, "type") == "ERROR")
+      return DecodeWatchEvent(line);
+  } else {
+    parsed = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+  }
   auto type = parsed.is_object() ? parsed.find("type") : parsed.end();
   auto object = parsed.is_object() ? parsed.find("object") : parsed.end();
   if (!parsed.is_object() || type == parsed.end() || !type->is_string() || object == parsed.end() ||
@@ -315,7 +332,7 @@ Status RestClient::Watch(const ResourceRef& ref, const WatchOptions& options,
   auto response = transport_.Stream(
       request,
       [&](std::string_view line) {
-        Result<WatchEvent> event = DecodeWatchEvent(line);
+        Result<WatchEvent> event = DecodeWatchEvent(line, options.object_filter);
         if (!event.ok()) {
           stream_error = event.error();
           return false;

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "controller/k8s/config.h"
+#include "controller/k8s/field_filter.h"
 #include "controller/k8s/rate_limiter.h"
 #include "controller/k8s/result.h"
 #include "controller/k8s/transport.h"
@@ -56,6 +57,8 @@ struct ListOptions {
   std::string resource_version;  // "" = most recent (quorum read)
   int64_t limit = 0;             // page size; 0 = everything in one response
   std::string continue_token;
+  // Keep only these fields of each item (field_filter.h); null keeps everything.
+  std::shared_ptr<const FieldFilter> item_filter;
 };
 
 struct WatchOptions {
@@ -64,6 +67,9 @@ struct WatchOptions {
   std::string resource_version;  // start after this version
   bool allow_bookmarks = true;
   int timeout_seconds = 300;  // the server ends the watch after this long
+  // Keep only these fields of each event's object (ERROR events are kept whole); null keeps
+  // everything.
+  std::shared_ptr<const FieldFilter> object_filter;
 };
 
 enum class PatchType {
@@ -141,8 +147,10 @@ class RestClient {
                const std::function<bool(const WatchEvent&)>& on_event, Cancellation& cancel);
 
  private:
+  // `response_filter`: parse the response keeping only what it keeps (null: everything).
   Result<Json> Do(const std::string& verb, const std::string& method, const std::string& path,
-                  const Json* body, const std::string& content_type = "application/json");
+                  const Json* body, const std::string& content_type = "application/json",
+                  const FieldFilter* response_filter = nullptr);
   void Authorize(HttpRequest& request);
   void Observe(const std::string& verb, int code);
 
@@ -155,8 +163,10 @@ class RestClient {
 // Turns a non-2xx response into an ApiError, reading the metav1.Status body when present.
 ApiError ErrorFromResponse(int status, const std::string& body);
 // One line of a watch stream: the event; an ERROR event's metav1.Status as an ApiError; or an
-// ApiError "InvalidResponse" for a line that is not {"type": string, "object": object}.
-Result<WatchEvent> DecodeWatchEvent(std::string_view line);
+// ApiError "InvalidResponse" for a line that is not {"type": string, "object": object}. With
+// `object_filter` the object holds only the fields it keeps (an ERROR's Status: all).
+Result<WatchEvent> DecodeWatchEvent(std::string_view line,
+                                    std::shared_ptr<const FieldFilter> object_filter = nullptr);
 // Percent-encodes a query parameter value.
 std::string QueryEscape(const std::string& value);
 

@@ -35,6 +35,7 @@ bool Reflector::ListAll(Cancellation& stop) {
   list.label_selector = options_.label_selector;
   list.field_selector = options_.field_selector;
   list.limit = options_.page_size;
+  list.item_filter = options_.object_filter;
   while (!stop.IsCancelled()) {
     auto page = client_.List(ref_, list);
     if (!page.ok()) {
@@ -79,6 +80,7 @@ void Reflector::Run(Cancellation& stop) {
     watch.resource_version = resource_version_;
     watch.allow_bookmarks = true;
     watch.timeout_seconds = options_.watch_timeout_seconds;
+    watch.object_filter = options_.object_filter;
     bool got_event = false;
     const auto started = std::chrono::steady_clock::now();
     Status status = client_.Watch(

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -51,6 +52,9 @@ struct ReflectorOptions {
   int64_t page_size = 500;          // list in pages of this many items
   Backoff::Options backoff;
   std::function<void()> on_watch_restart;  // every relist after the first (watch_restarts_total)
+  // Parse only these fields of each object, listed or watched (field_filter.h); null: all.
+  // It must keep metadata.resourceVersion, which the reflector resumes its watch from.
+  std::shared_ptr<const FieldFilter> object_filter;
 };
 
 // Not thread-safe: one thread calls Run.

@@ -96,6 +96,44 @@ void TrimNode(Json& node) {
   node = std::move(trimmed);
 }
 
+std::shared_ptr<const k8s::FieldFilter> PodFields() {
+  static const auto filter = std::make_shared<const k8s::FieldFilter>(k8s::FieldFilter::Keep({
+      "metadata.name",
+      "metadata.namespace",
+      "metadata.uid",
+      "metadata.resourceVersion",
+      "metadata.creationTimestamp",
+      "metadata.deletionTimestamp",
+      "metadata.labels",
+      "metadata.ownerReferences",
+      "spec.nodeName",
+      "spec.terminationGracePeriodSeconds",
+      "status.phase",
+      "status.reason",
+      "status.message",
+      "status.podIP",
+      "status.conditions.type",
+      "status.conditions.status",
+      "status.conditions.lastTransitionTime",
+      "status.containerStatuses.name",
+      "status.containerStatuses.state.terminated",
+  }));
+  return filter;
+}
+
+std::shared_ptr<const k8s::FieldFilter> NodeFields() {
+  static const auto filter = std::make_shared<const k8s::FieldFilter>(k8s::FieldFilter::Keep({
+      "metadata.name",
+      "metadata.uid",
+      "metadata.resourceVersion",
+      "metadata.deletionTimestamp",
+      "status.conditions.type",
+      "status.conditions.status",
+      "status.conditions.lastTransitionTime",
+  }));
+  return filter;
+}
+
 void TrimTrainingJob(Json& job) {
   auto meta = job.find("metadata");
   if (meta == job.end() || !meta->is_object())

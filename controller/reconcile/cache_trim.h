@@ -7,7 +7,11 @@
 // A field read by new reconcile code must be added here, or the cache will not have it.
 #pragma once
 
+#include <memory>
+
 #include <nlohmann/json.hpp>
+
+#include "controller/k8s/field_filter.h"
 
 namespace tessera::reconcile {
 
@@ -21,6 +25,13 @@ void TrimPod(nlohmann::json& pod);
 // metadata: name, uid, resourceVersion, deletionTimestamp; status.conditions: type, status,
 // lastTransitionTime of each (readiness is all the controller reads of a node).
 void TrimNode(nlohmann::json& node);
+
+// What the pod and node informers parse of each object (ReflectorOptions::object_filter): every
+// field their trim reads, so that TrimPod(ParseFiltered(text, *PodFields())) equals
+// TrimPod(parse(text)), without allocating for the rest on the way (the fuzz target
+// apiserver_object_fuzz checks the equality). Built once, shared.
+std::shared_ptr<const k8s::FieldFilter> PodFields();
+std::shared_ptr<const k8s::FieldFilter> NodeFields();
 
 // The whole TrainingJob but metadata.managedFields and the last-applied-configuration
 // annotation (kubectl apply's copy of the whole object).

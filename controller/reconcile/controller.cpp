@@ -103,9 +103,11 @@ Controller::Controller(k8s::RestClient& client, EventSink& events, ControllerMet
   jobs_ = std::make_unique<k8s::Informer>(client_, TrainingJobs(ns), std::move(job_options));
   k8s::InformerOptions pod_options = informer_options("pods", api::kLabelJobName);
   pod_options.transform = TrimPod;
+  pod_options.reflector.object_filter = PodFields();
   pods_ = std::make_unique<k8s::Informer>(client_, k8s::Pods(ns), std::move(pod_options));
   k8s::InformerOptions node_options = informer_options("nodes", "");
   node_options.transform = TrimNode;
+  node_options.reflector.object_filter = NodeFields();
   nodes_ = std::make_unique<k8s::Informer>(client_, k8s::Nodes(), std::move(node_options));
 
   jobs_->AddHandlers({

@@ -7,19 +7,22 @@
 // schema, a proxy or a version allows: whatever the line holds, nothing may throw, crash or
 // hang, and every message quoted from it must be valid UTF-8 (it goes into events and status).
 // The informer caches pods and nodes trimmed, so what reconcile reads of a trimmed one must
-// also equal what it reads of the object as sent.
+// also equal what it reads of the object as sent; and it parses them filtered, which must trim
+// to the same object as the whole parse.
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "api/contract.h"
 #include "api/utf8.h"
+#include "controller/k8s/field_filter.h"
 #include "controller/k8s/informer.h"
 #include "controller/k8s/object.h"
 #include "controller/k8s/rest.h"
@@ -119,6 +122,39 @@ void SameAfterTrim(const json& object) {
   }
 }
 
+// The pod and node informers parse only the fields their trims read (PodFields, NodeFields):
+// the filtered parse must fail where the whole one fails, equal the whole one cut by the filter,
+// and trim to the same object.
+void SameWhenParsedFiltered(std::string_view line, const k8s::Result<k8s::WatchEvent>& whole) {
+  bool same = true;
+  for (const auto& [fields, trim] : {std::pair{reconcile::PodFields(), &reconcile::TrimPod},
+                                     std::pair{reconcile::NodeFields(), &reconcile::TrimNode}}) {
+    const json parsed = k8s::ParseFiltered(line, *fields);
+    const json cut = fields->Apply(json::parse(line, nullptr, /*allow_exceptions=*/false));
+    same = same && parsed.is_discarded() == cut.is_discarded() &&
+           (parsed.is_discarded() || parsed == cut);
+    const k8s::Result<k8s::WatchEvent> filtered = k8s::DecodeWatchEvent(line, fields);
+    same = same && filtered.ok() == whole.ok();
+    if (!same)
+      break;
+    if (!whole.ok()) {
+      same = filtered.error().code == whole.error().code &&
+             filtered.error().reason == whole.error().reason &&
+             filtered.error().message == whole.error().message;
+      continue;
+    }
+    json from_whole = whole->object;
+    trim(from_whole);
+    json from_filtered = filtered->object;
+    trim(from_filtered);
+    same = same && filtered->type == whole->type && from_filtered == from_whole;
+  }
+  if (!same) {
+    std::fprintf(stderr, "apiserver_object_fuzz: the filtered parse differs from the whole one\n");
+    std::abort();
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -133,6 +169,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
     RequireText(k8s::ErrorFromResponse(502, std::string(line)).message, "an error body");
     k8s::Result<k8s::WatchEvent> event = k8s::DecodeWatchEvent(line);
+    SameWhenParsedFiltered(line, event);
     if (!event.ok()) {
       RequireText(event.error().message, "a watch error");
       continue;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <memory>
 
 #include "tests/unit/k8s/fake_apiserver.h"
 
@@ -194,6 +195,35 @@ TEST_F(K8sInformerTest, ManagedFieldsAreDroppedUnlessTheTransformIsCleared) {
   EXPECT_FALSE((*stripped.Get("ns/p"))["metadata"].contains("managedFields"));
   EXPECT_EQ((*stripped.Get("ns/p"))["metadata"]["labels"]["job"], "a");
   EXPECT_TRUE((*raw.Get("ns/p"))["metadata"].contains("managedFields"));
+}
+
+TEST_F(K8sInformerTest, AnObjectFilterCutsListedAndWatchedObjectsAlike) {
+  Json listed = Pod("listed", "a", "u");
+  listed["spec"] = {{"nodeName", "n1"}, {"containers", Json::array({{{"name", "w"}}})}};
+  ASSERT_TRUE(client_.Create(Pods("ns"), listed).ok());
+  InformerOptions options = FastBackoff();
+  options.reflector.object_filter = std::make_shared<const FieldFilter>(FieldFilter::Keep(
+      {"metadata.name", "metadata.namespace", "metadata.resourceVersion", "spec.nodeName"}));
+  Informer informer(client_, Pods("ns"), options);
+  Journal journal;
+  informer.AddHandlers(journal.Handlers());
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(10s));
+  ASSERT_TRUE(server_.WaitForWatches(1, 10s));
+  Json watched = listed;
+  watched["metadata"]["name"] = "watched";
+  ASSERT_TRUE(client_.Create(Pods("ns"), watched).ok());
+  ASSERT_TRUE(journal.WaitFor("add watched"));
+  for (const char* name : {"listed", "watched"}) {
+    ObjectPtr pod = informer.Get(std::string("ns/") + name);
+    ASSERT_NE(pod, nullptr) << name;
+    EXPECT_EQ((*pod)["spec"], Json({{"nodeName", "n1"}})) << name;
+    EXPECT_FALSE((*pod)["metadata"].contains("labels")) << name;
+    EXPECT_FALSE((*pod)["metadata"]["resourceVersion"].get<std::string>().empty()) << name;
+  }
+  // The watch resumes from the filtered objects' resourceVersion.
+  const std::string rv = std::to_string(server_.ResourceVersion());
+  EXPECT_TRUE(Eventually([&] { return informer.LastResourceVersion() == rv; }));
 }
 
 TEST_F(K8sInformerTest, ClosedWatchResumesFromLastVersionIncludingBookmarks) {
