@@ -85,6 +85,12 @@ int main(int argc, char** argv) {
   tessera::cli::AddRunCommand(&app, &rc);
   tessera::cli::AddPlanCommand(&app, &rc);
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);  // runs the chosen subcommand's callback, which sets rc
+  } catch (const CLI::ParseError& e) {
+    // --help is a ParseError whose exit is 0; any other prints its line and "Run with --help"
+    // and ends as every other bad input of these commands does: exit code 2.
+    return app.exit(e) == 0 ? 0 : 2;
+  }
   return rc;
 }

@@ -116,4 +116,16 @@ rc=0
 "$TESSERA" run "$WORK/does-not-exist.yaml" >"$WORK/missing.txt" 2>&1 || rc=$?
 [[ $rc == 2 ]] && grep -q "does-not-exist.yaml: cannot read" "$WORK/missing.txt" ||
   fail "missing file: exit $rc, $(cat "$WORK/missing.txt")"
+# A bad command line ends as other bad input does: exit 2, the parser's line naming the option.
+for args in "--metrics-port 0" "--grace-period -1" "--no-such-option" ""; do
+  rc=0
+  # shellcheck disable=SC2086 # the options are split on purpose
+  "$TESSERA" run $args ${args:+"$TINY"} >"$WORK/usage.txt" 2>&1 || rc=$?
+  cat "$WORK/usage.txt"
+  [[ $rc == 2 ]] || fail "tessera run $args: exit code $rc, want 2"
+  want=${args%% *}
+  grep -q -- "${want:-FILE is required}" "$WORK/usage.txt" || fail "tessera run $args: no line naming ${want:-FILE}"
+done
+"$TESSERA" run --help >/dev/null || fail "tessera run --help did not exit 0"
+
 echo PASS
