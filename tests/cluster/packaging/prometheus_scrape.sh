@@ -49,22 +49,7 @@ print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode(), end="")' "
 # 1. The demo job, smaller, training for longer than the test needs (interrupted at the end),
 # with a checkpoint every 5 steps so that every training metric moves; its two ranks on fixed
 # metrics ports.
-port=$(/usr/bin/python3 - <<'PY'
-import random, socket
-for _ in range(200):
-    port = random.randrange(20000, 60000)
-    try:
-        for p in (port, port + 1):
-            s = socket.socket()
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.bind(("", p))
-            s.close()
-    except OSError:
-        continue
-    print(port)
-    break
-PY
-)
+port=$(/usr/bin/python3 "$TESSERA_SOURCE_DIR/tests/free_ports.py" 2)
 [ -n "$port" ] || fail "found no two free consecutive ports"
 (cd "$TESSERA_SOURCE_DIR" && exec "$TESSERA" run manifests/examples/cpu-tiny.yaml \
   --set spec.trainer.model.layers=1 --set spec.trainer.model.dModel=32 \

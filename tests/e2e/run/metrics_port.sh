@@ -5,22 +5,7 @@
 source "$(dirname "$0")/lib.sh"
 
 # Two consecutive ports free on every interface (the runner checks again).
-base=$("$PY" - <<'PYEOF'
-import random, socket
-for _ in range(200):
-    port = random.randrange(20000, 60000)
-    try:
-        for p in (port, port + 1):
-            s = socket.socket()
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.bind(("", p))
-            s.close()
-    except OSError:
-        continue
-    print(port)
-    break
-PYEOF
-)
+base=$("$PY" "$(dirname "$0")/../../free_ports.py" 2)
 [[ -n $base ]] || fail "found no two free consecutive ports"
 
 # scrape PORT: rank's /metrics holds the training step gauge.
