@@ -34,7 +34,6 @@ class FieldFilter {
   static FieldFilter Under(std::string_view name, std::shared_ptr<const FieldFilter> inner,
                            std::initializer_list<std::string_view> names = {});
 
-  bool keeps_all() const { return keep_all_; }
   // The filter of member `name`'s value, or null when the member is dropped. Valid as long
   // as this filter.
   const FieldFilter* Member(std::string_view name) const;

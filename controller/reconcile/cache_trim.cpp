@@ -1,6 +1,6 @@
 #include "controller/reconcile/cache_trim.h"
 
-#include <initializer_list>
+#include <vector>
 
 #include "controller/k8s/object.h"
 
@@ -9,92 +9,20 @@ namespace {
 
 using Json = nlohmann::json;
 
-// A new object with `fields` moved out of `from` (those present).
-Json Take(Json& from, std::initializer_list<const char*> fields) {
-  Json kept = Json::object();
-  if (!from.is_object())
-    return kept;
-  for (const char* field : fields) {
-    auto it = from.find(field);
-    if (it != from.end())
-      kept[field] = std::move(*it);
-  }
-  return kept;
-}
-
-// Of a `conditions` array, the entries `keep` accepts, reduced to type, status and
-// lastTransitionTime.
+// Removes from the array at pod[parent][name] (when each is what it should be) the entries
+// that `keep` refuses.
 template <typename Keep>
-Json Conditions(Json& conditions, Keep keep) {
-  Json kept = Json::array();
-  if (!conditions.is_array())
-    return kept;
-  for (Json& c : conditions) {
-    if (c.is_object() && keep(c))
-      kept.push_back(Take(c, {"type", "status", "lastTransitionTime"}));
-  }
-  return kept;
+void KeepEntries(Json& pod, const char* parent, const char* name, Keep keep) {
+  auto p = pod.find(parent);
+  if (p == pod.end() || !p->is_object())
+    return;
+  auto list = p->find(name);
+  if (list == p->end() || !list->is_array())
+    return;
+  std::erase_if(list->get_ref<Json::array_t&>(), [&keep](const Json& e) { return !keep(e); });
 }
 
 }  // namespace
-
-void TrimPod(Json& pod) {
-  if (!pod.is_object())
-    return;
-  Json trimmed = Json::object();
-  Json& meta = pod["metadata"];
-  Json m = Take(meta, {"name", "namespace", "uid", "resourceVersion", "creationTimestamp",
-                       "deletionTimestamp", "labels"});
-  if (auto owners = meta.find("ownerReferences"); owners != meta.end() && owners->is_array()) {
-    Json controller = Json::array();
-    for (Json& o : *owners) {
-      if (auto c = o.is_object() ? o.find("controller") : o.end();
-          c != o.end() && c->is_boolean() && c->get<bool>())
-        controller.push_back(Take(o, {"uid", "kind", "name", "controller"}));
-    }
-    m["ownerReferences"] = std::move(controller);
-  }
-  trimmed["metadata"] = std::move(m);
-  trimmed["spec"] = Take(pod["spec"], {"nodeName", "terminationGracePeriodSeconds"});
-  Json& status = pod["status"];
-  Json s = Take(status, {"phase", "reason", "message", "podIP"});
-  if (auto c = status.find("conditions"); c != status.end()) {
-    s["conditions"] = Conditions(
-        *c, [](const Json& condition) { return k8s::StringAt(condition, "type") == "Ready"; });
-  }
-  if (auto cs = status.find("containerStatuses"); cs != status.end() && cs->is_array()) {
-    Json containers = Json::array();
-    for (Json& container : *cs) {
-      if (!container.is_object())
-        continue;
-      Json kept = Take(container, {"name"});
-      Json& state = container["state"];
-      if (state.is_object() && state.contains("terminated")) {
-        kept["state"]["terminated"] =
-            Take(state["terminated"], {"exitCode", "reason", "message", "finishedAt"});
-      } else {
-        kept["state"] = Json::object();
-      }
-      containers.push_back(std::move(kept));
-    }
-    s["containerStatuses"] = std::move(containers);
-  }
-  trimmed["status"] = std::move(s);
-  pod = std::move(trimmed);
-}
-
-void TrimNode(Json& node) {
-  if (!node.is_object())
-    return;
-  Json trimmed = Json::object();
-  trimmed["metadata"] =
-      Take(node["metadata"], {"name", "uid", "resourceVersion", "deletionTimestamp"});
-  trimmed["status"] = Json::object();
-  Json& status = node["status"];
-  if (auto c = status.find("conditions"); c != status.end())
-    trimmed["status"]["conditions"] = Conditions(*c, [](const Json&) { return true; });
-  node = std::move(trimmed);
-}
 
 std::shared_ptr<const k8s::FieldFilter> PodFields() {
   static const auto filter = std::make_shared<const k8s::FieldFilter>(k8s::FieldFilter::Keep({
@@ -105,7 +33,10 @@ std::shared_ptr<const k8s::FieldFilter> PodFields() {
       "metadata.creationTimestamp",
       "metadata.deletionTimestamp",
       "metadata.labels",
-      "metadata.ownerReferences",
+      "metadata.ownerReferences.uid",
+      "metadata.ownerReferences.kind",
+      "metadata.ownerReferences.name",
+      "metadata.ownerReferences.controller",
       "spec.nodeName",
       "spec.terminationGracePeriodSeconds",
       "status.phase",
@@ -116,7 +47,10 @@ std::shared_ptr<const k8s::FieldFilter> PodFields() {
       "status.conditions.status",
       "status.conditions.lastTransitionTime",
       "status.containerStatuses.name",
-      "status.containerStatuses.state.terminated",
+      "status.containerStatuses.state.terminated.exitCode",
+      "status.containerStatuses.state.terminated.reason",
+      "status.containerStatuses.state.terminated.message",
+      "status.containerStatuses.state.terminated.finishedAt",
   }));
   return filter;
 }
@@ -132,6 +66,25 @@ std::shared_ptr<const k8s::FieldFilter> NodeFields() {
       "status.conditions.lastTransitionTime",
   }));
   return filter;
+}
+
+void TrimPod(Json& pod) {
+  if (!pod.is_object())
+    return;
+  pod = PodFields()->Apply(pod);
+  // Of the lists, the entries reconcile reads: the controller owner reference, the Ready
+  // condition.
+  KeepEntries(pod, "metadata", "ownerReferences", [](const Json& owner) {
+    const auto c = owner.is_object() ? owner.find("controller") : owner.end();
+    return c != owner.end() && c->is_boolean() && c->get<bool>();
+  });
+  KeepEntries(pod, "status", "conditions",
+              [](const Json& condition) { return k8s::StringAt(condition, "type") == "Ready"; });
+}
+
+void TrimNode(Json& node) {
+  if (node.is_object())
+    node = NodeFields()->Apply(node);
 }
 
 void TrimTrainingJob(Json& job) {
