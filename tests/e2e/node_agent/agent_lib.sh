@@ -34,6 +34,7 @@ start_node_agent() {
 # On failure, the agent's log too (then the controller's and the namespace's).
 _agent_exit() {
   local status=$?
+  set +e  # under -e, `(exit $status)` below would end the trap before the clean-up
   if [ $status -ne 0 ] && [ -f "$AGENT_LOG" ]; then
     printf -- '---- node agent log (last 40 lines of %s)\n' "$AGENT_LOG" >&2
     tail -n 40 "$AGENT_LOG" >&2
