@@ -1,11 +1,14 @@
 // Cross-field rules: each one is a CEL expression (for the apiserver) and a C++ check (for
 // `tessera validate`) written side by side, reporting the same message. The C++ checks run on a
 // job after ApplyDefaults; the CEL spells out the same computed defaults (procsPerWorker, data,
-// model presets) because the apiserver only applies the schema's literal defaults.
+// model presets) because the apiserver only applies the schema's literal defaults. The
+// transition rules at the end (what an update may change) are CEL only: they compare the
+// update with the stored object, which a file checked offline does not have.
 #include "api/rules.h"
 
 #include <algorithm>
 #include <string>
+#include <utility>
 
 #include "api/contract.h"
 
@@ -412,6 +415,78 @@ std::vector<CrossFieldRule> MetricsRules() {
           return std::nullopt;
         return "";
       },
+  });
+  return rules;
+}
+
+// --- What an update may change. ---
+//
+// The trainer, the layout of the ranks and the objects made once per job (the Service's ports,
+// the PodGroup) are fixed when the job is created: a running gang cannot follow a change to
+// them, and a checkpoint resumes only with the same trainer and mesh. The pod template may
+// change while the job is suspended (a queueing system choosing nodes, say), and in the update
+// that resumes it: the next attempt's pods are made from it. `suspend`, `runPolicy` and
+// `scheduling.startupTimeoutSeconds` may change at any time; the controller reads them on every
+// decision.
+
+namespace {
+
+// `self.<field>` equals `oldSelf.<field>`, counting absent as a value of its own.
+std::string UnchangedCel(const std::string& field) {
+  return "has(self." + field + ") == has(oldSelf." + field + ") && (!has(self." + field +
+         ") || self." + field + " == oldSelf." + field + ")";
+}
+
+CrossFieldRule FixedAtCreation(std::string id, const std::string& field, std::string cel) {
+  return {
+      .id = std::move(id),
+      .cel = std::move(cel),
+      .message = "cannot change once the job exists: delete the job and create it again",
+      .field_path = "." + field,
+      .summary = "`" + field + "` cannot change once the job exists",
+      .check = nullptr,
+      .transition = true,
+  };
+}
+
+}  // namespace
+
+std::vector<CrossFieldRule> UpdateRules() {
+  std::string procs_before = kProcsCel;
+  for (size_t at = procs_before.find("self."); at != std::string::npos;
+       at = procs_before.find("self.", at + 8)) {
+    procs_before.replace(at, 5, "oldSelf.");
+  }
+  std::string scheduling;
+  for (const char* field : {"gang", "schedulerName", "queue", "priorityClassName"}) {
+    scheduling += std::string(scheduling.empty() ? "" : " && ") + "self.scheduling." + field +
+                  " == oldSelf.scheduling." + field;
+  }
+  CrossFieldRule scheduling_fixed = FixedAtCreation("scheduling-fixed", "scheduling", scheduling);
+  scheduling_fixed.message =
+      "only startupTimeoutSeconds can change once the job exists: delete the job and create it "
+      "again";
+  scheduling_fixed.summary =
+      "`scheduling`, but for `startupTimeoutSeconds`, cannot change once the job exists";
+  std::vector<CrossFieldRule> rules = {
+      FixedAtCreation("workers-fixed", "workers", "self.workers == oldSelf.workers"),
+      FixedAtCreation("gpus-fixed", "gpusPerWorker", "self.gpusPerWorker == oldSelf.gpusPerWorker"),
+      FixedAtCreation("procs-fixed", "procsPerWorker", kProcsCel + " == " + procs_before),
+      FixedAtCreation("parallelism-fixed", "parallelism", UnchangedCel("parallelism")),
+      FixedAtCreation("trainer-fixed", "trainer", UnchangedCel("trainer")),
+      std::move(scheduling_fixed),
+      FixedAtCreation("metrics-fixed", "metrics", UnchangedCel("metrics")),
+  };
+  rules.push_back({
+      .id = "template-while-suspended",
+      .cel = "oldSelf.suspend || (" + UnchangedCel("template") + ")",
+      .message = "can change only while the job is suspended: set spec.suspend to true first "
+                 "(the update that sets it back to false may carry the change)",
+      .field_path = ".template",
+      .summary = "`template` changes only while the job is suspended, or in the update that "
+                 "resumes it",
+      .check = nullptr,
+      .transition = true,
   });
   return rules;
 }

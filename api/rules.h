@@ -13,6 +13,7 @@ namespace tessera::api {
 
 std::vector<CrossFieldRule> RootRules();        // at the root object (self.metadata, self.spec)
 std::vector<CrossFieldRule> SpecRules();        // at spec
+std::vector<CrossFieldRule> UpdateRules();      // at spec: what an update may change
 std::vector<CrossFieldRule> TrainerRules();     // at spec.trainer
 std::vector<CrossFieldRule> ModelRules();       // at spec.trainer.model
 std::vector<CrossFieldRule> LrScheduleRules();  // at spec.trainer.schedule

@@ -416,7 +416,12 @@ FieldSchema SpecDef() {
               })
               .Rules(MetricsRules()),
       })
-      .Rules(SpecRules());
+      .Rules([] {
+        std::vector<CrossFieldRule> rules = SpecRules();
+        for (CrossFieldRule& rule : UpdateRules())
+          rules.push_back(std::move(rule));
+        return rules;
+      }());
 }
 
 FieldSchema StatusDef() {

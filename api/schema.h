@@ -37,6 +37,9 @@ struct CrossFieldRule {
   // missing or out of bounds, which the schema reports on its own); otherwise the values that
   // break it, e.g. "4 does not divide 6" (may be empty).
   std::function<std::optional<std::string>(const TrainingJob& job)> check;
+  // A transition rule: `cel` also reads `oldSelf`, the object as stored, and the apiserver
+  // evaluates it on updates only. It has no `check` (one file has no earlier version).
+  bool transition = false;
 };
 
 struct FieldSchema {

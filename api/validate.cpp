@@ -31,7 +31,7 @@ bool ObjectPresent(const nlohmann::json& encoded, const std::string& dotted_path
 std::vector<FieldError> RuleErrors(const TrainingJob& defaulted, const nlohmann::json& document) {
   std::vector<FieldError> errors;
   for (const auto& located : AllRules()) {
-    if (!ObjectPresent(document, located.object_path))
+    if (located.rule->transition || !ObjectPresent(document, located.object_path))
       continue;
     if (auto detail = located.rule->check(defaulted)) {
       errors.push_back({located.ErrorPath(), located.Message(*detail)});

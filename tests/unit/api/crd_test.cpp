@@ -82,13 +82,15 @@ TEST(Crd, SchemaIsStructuralAndDescribed) {
   CheckNode(CrdObject()["spec"]["versions"][0]["schema"]["openAPIV3Schema"], "");
 }
 
-// Every `self.a.b` a CEL rule reads, and every fieldPath, exists in the schema at the rule's
-// object: a typo would otherwise surface only on a cluster.
+// Every `self.a.b` (and `oldSelf.a.b`) a CEL rule reads, and every fieldPath, exists in the
+// schema at the rule's object: a typo would otherwise surface only on a cluster.
 TEST(Crd, RulesReferenceExistingFields) {
-  const std::regex self_path(R"(\bself((?:\.[A-Za-z]+)+))");
+  const std::regex self_path(R"(\b(?:self|oldSelf)((?:\.[A-Za-z]+)+))");
   int rules = 0;
+  int transitions = 0;
   for (const auto& located : AllRules()) {
     ++rules;
+    transitions += located.rule->transition ? 1 : 0;
     const std::string base = located.object_path;
     const std::string& cel = located.rule->cel;
     for (std::sregex_iterator it(cel.begin(), cel.end(), self_path), end; it != end; ++it) {
@@ -102,10 +104,15 @@ TEST(Crd, RulesReferenceExistingFields) {
     }
     EXPECT_NE(FindField(located.ErrorPath()), nullptr)
         << located.rule->id << " points at " << located.ErrorPath();
-    EXPECT_TRUE(located.rule->check) << located.rule->id;
+    // Only a transition rule reads the stored object, and only it lacks an offline check.
+    const bool reads_old = located.rule->cel.find("oldSelf") != std::string::npos;
+    EXPECT_EQ(reads_old, located.rule->transition) << located.rule->id;
+    EXPECT_EQ(static_cast<bool>(located.rule->check), !located.rule->transition)
+        << located.rule->id;
     EXPECT_FALSE(located.rule->message.empty()) << located.rule->id;
   }
   EXPECT_GE(rules, 15);
+  EXPECT_GE(transitions, 8);
 }
 
 TEST(Examples, EveryExampleIsValid) {
