@@ -19,9 +19,12 @@ using std::to_string;
 
 // --- CEL fragments for the computed defaults (self = spec unless noted). ---
 
-const std::string kProcsCel =
-    "(has(self.procsPerWorker) ? self.procsPerWorker : "
-    "(self.gpusPerWorker > 0 ? self.gpusPerWorker : 1))";
+// procsPerWorker of the spec object `spec` ("self", or "oldSelf" in a transition rule).
+std::string ProcsCel(const std::string& spec) {
+  return "(has(" + spec + ".procsPerWorker) ? " + spec + ".procsPerWorker : (" + spec +
+         ".gpusPerWorker > 0 ? " + spec + ".gpusPerWorker : 1))";
+}
+const std::string kProcsCel = ProcsCel("self");
 const std::string kWorldCel = "(self.workers * " + kProcsCel + ")";
 const std::string kPipeCel = "self.parallelism.pipeline";
 const std::string kTensorCel = "self.parallelism.tensor";
@@ -452,11 +455,6 @@ CrossFieldRule FixedAtCreation(std::string id, const std::string& field, std::st
 }  // namespace
 
 std::vector<CrossFieldRule> UpdateRules() {
-  std::string procs_before = kProcsCel;
-  for (size_t at = procs_before.find("self."); at != std::string::npos;
-       at = procs_before.find("self.", at + 8)) {
-    procs_before.replace(at, 5, "oldSelf.");
-  }
   std::string scheduling;
   for (const char* field : {"gang", "schedulerName", "queue", "priorityClassName"}) {
     scheduling += std::string(scheduling.empty() ? "" : " && ") + "self.scheduling." + field +
@@ -471,7 +469,7 @@ std::vector<CrossFieldRule> UpdateRules() {
   std::vector<CrossFieldRule> rules = {
       FixedAtCreation("workers-fixed", "workers", "self.workers == oldSelf.workers"),
       FixedAtCreation("gpus-fixed", "gpusPerWorker", "self.gpusPerWorker == oldSelf.gpusPerWorker"),
-      FixedAtCreation("procs-fixed", "procsPerWorker", kProcsCel + " == " + procs_before),
+      FixedAtCreation("procs-fixed", "procsPerWorker", kProcsCel + " == " + ProcsCel("oldSelf")),
       FixedAtCreation("parallelism-fixed", "parallelism", UnchangedCel("parallelism")),
       FixedAtCreation("trainer-fixed", "trainer", UnchangedCel("trainer")),
       std::move(scheduling_fixed),

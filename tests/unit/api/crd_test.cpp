@@ -115,6 +115,34 @@ TEST(Crd, RulesReferenceExistingFields) {
   EXPECT_GE(transitions, 8);
 }
 
+// Every field of spec has an update policy: a transition rule at it, or it is one of those
+// docs/api.md ("Changing a job") lets change at any time. A new field must choose; a new
+// scheduling field is fixed unless it joins startupTimeoutSeconds.
+TEST(Crd, EverySpecFieldHasAnUpdatePolicy) {
+  std::set<std::string> ruled;
+  std::string scheduling_cel;
+  for (const auto& located : AllRules()) {
+    if (!located.rule->transition)
+      continue;
+    ruled.insert(located.ErrorPath());
+    if (located.rule->id == "scheduling-fixed")
+      scheduling_cel = located.rule->cel;
+  }
+  const std::set<std::string> mutable_fields = {"suspend", "runPolicy"};
+  for (const auto& field : FindField("spec")->properties) {
+    EXPECT_TRUE(ruled.contains("spec." + field.name) || mutable_fields.contains(field.name))
+        << "spec." << field.name << " has no update policy";
+  }
+  ASSERT_FALSE(scheduling_cel.empty());
+  for (const auto& field : FindField("spec.scheduling")->properties) {
+    const std::string compared =
+        "self.scheduling." + field.name + " == oldSelf.scheduling." + field.name;
+    EXPECT_EQ(scheduling_cel.find(compared) != std::string::npos,
+              field.name != "startupTimeoutSeconds")
+        << "spec.scheduling." << field.name;
+  }
+}
+
 TEST(Examples, EveryExampleIsValid) {
   const fs::path dir = SourceDir() / "manifests/examples";
   std::set<std::string> seen;
