@@ -208,19 +208,23 @@ class CpprestTransport final : public HttpTransport {
       }
       // Not istream::read_line: it takes a task and a lock per byte, and watch streams of
       // whole pods made that most of the controller's CPU time. Wait for one byte, then take
-      // all the body already holds, and cut lines from that.
+      // all the body already holds, a block at a time (acquire and release each hold the
+      // buffer's lock; in_avail() would read the count without it while an I/O thread writes
+      // it), and cut lines from that.
       auto body = response.body().streambuf();
       using Traits = concurrency::streams::streambuf<uint8_t>::traits;
-      std::string pending;  // received, after the last complete line
-      std::vector<uint8_t> chunk(64 * 1024);
+      std::string pending;                        // received, after the last complete line
+      constexpr size_t kStreamChunk = 64 * 1024;  // lines are cut at least this often
       while (!cancel.IsCancelled()) {
         const auto c = body.bumpc().get();  // waits for data, or the end of the body
         if (c == Traits::eof())
           break;
         pending.push_back(static_cast<char>(c));
-        if (size_t avail = body.in_avail(); avail > 0) {
-          size_t n = body.getn(chunk.data(), std::min(avail, chunk.size())).get();
-          pending.append(reinterpret_cast<const char*>(chunk.data()), n);
+        uint8_t* block = nullptr;
+        size_t n = 0;
+        while (pending.size() < kStreamChunk && body.acquire(block, n) && n > 0) {
+          pending.append(reinterpret_cast<const char*>(block), n);
+          body.release(block, n);
         }
         size_t start = 0;
         for (size_t nl; (nl = pending.find('\n', start)) != std::string::npos; start = nl + 1) {
@@ -252,6 +256,12 @@ class CpprestTransport final : public HttpTransport {
       return *it->second;
     http::client::http_client_config cc;
     cc.set_timeout(std::chrono::duration_cast<std::chrono::microseconds>(timeout));
+    // Redirects are not followed: an API server never sends one, following it would send our
+    // Authorization header to wherever the Location points, and cpprestsdk 2.10's redirect
+    // follower copies the request's headers on the calling thread after the request has gone
+    // to an I/O thread, which may be adding Content-Type to that same map (a data race that
+    // ThreadSanitizer showed with an instrumented cpprestsdk). A 3xx comes back as a value.
+    cc.set_max_redirects(0);
     cc.set_validate_certificates(!config_.insecure_skip_tls_verify);
     cc.set_ssl_context_callback([tls = tls_, insecure = config_.insecure_skip_tls_verify](
                                     ssl::context& ctx) { ApplyTls(ctx, *tls, insecure); });

@@ -1,11 +1,20 @@
 // The cpprestsdk transport refuses unusable configuration up front, with one line naming the
-// field. (Its TLS and streaming are exercised against a real server in tests/cluster/k8s.)
+// field, and returns a redirect instead of following it. (Its TLS and streaming are exercised
+// against a real server in tests/cluster/k8s.)
 #include "controller/k8s/transport_cpprest.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace tessera::k8s {
@@ -83,6 +92,100 @@ TEST(K8sCpprestTransportTest, SystemCaBundleIsSkippedOnlyWhenNoConnectionCanUseI
   expect(nullptr, {insecure, system_cas}, "/dev/null");
   expect("/etc/my-cas.pem", {insecure}, "/dev/null");
   expect("/etc/my-cas.pem", {system_cas}, "/etc/my-cas.pem");
+}
+
+// A plain-HTTP server on 127.0.0.1 that answers `/start` with a 302 to `/elsewhere` on
+// itself and anything else with 200, one request per connection, and records each path.
+class RedirectingServer {
+ public:
+  RedirectingServer() {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof addr;
+    if (bind(fd_, reinterpret_cast<sockaddr*>(&addr), len) != 0 || listen(fd_, 8) != 0 ||
+        getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      ADD_FAILURE() << "cannot listen on 127.0.0.1";
+      return;
+    }
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this] { Serve(); });
+  }
+  ~RedirectingServer() {
+    stop_ = true;
+    if (thread_.joinable())
+      thread_.join();
+    close(fd_);
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  std::vector<std::string> paths() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return paths_;
+  }
+
+ private:
+  void Serve() {
+    while (!stop_) {
+      pollfd p{fd_, POLLIN, 0};
+      if (poll(&p, 1, 50) <= 0)
+        continue;
+      int conn = accept(fd_, nullptr, nullptr);
+      if (conn < 0)
+        continue;
+      std::string request;
+      char buf[4096];
+      for (ssize_t n;
+           request.find("\r\n\r\n") == std::string::npos && (n = read(conn, buf, sizeof buf)) > 0;)
+        request.append(buf, static_cast<size_t>(n));
+      const size_t start = request.find(' ') + 1;
+      const std::string path = request.substr(start, request.find(' ', start) - start);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        paths_.push_back(path);
+      }
+      const std::string response =
+          path == "/start" ? "HTTP/1.1 302 Found\r\nLocation: " + url() +
+                                 "/elsewhere\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                           : std::string(
+                                 "HTTP/1.1 200 OK\r\nContent-Length: 8\r\nConnection: "
+                                 "close\r\n\r\nfollowed");
+      for (size_t sent = 0; sent < response.size();) {
+        ssize_t n = write(conn, response.data() + sent, response.size() - sent);
+        if (n <= 0)
+          break;
+        sent += static_cast<size_t>(n);
+      }
+      close(conn);
+    }
+  }
+
+  int fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  std::mutex mu_;
+  std::vector<std::string> paths_;
+};
+
+// An API server never redirects; following one would send the Authorization header wherever
+// the Location points (and cpprestsdk's follower races with its own I/O thread).
+TEST(K8sCpprestTransportTest, ReturnsARedirectInsteadOfFollowingIt) {
+  RedirectingServer server;
+  ClientConfig config;
+  config.server = server.url();
+  auto transport = NewCpprestTransport(config);
+  ASSERT_TRUE(transport.ok()) << transport.error();
+  HttpRequest request;
+  request.path = "/start";
+  request.headers["Authorization"] = "Bearer not-for-elsewhere";
+  request.timeout = std::chrono::milliseconds(10000);
+  auto response = (*transport)->Send(request);
+  ASSERT_TRUE(response.ok()) << response.error().message;
+  EXPECT_EQ(response->status, 302);
+  EXPECT_EQ(response->headers["location"], server.url() + "/elsewhere");
+  EXPECT_EQ(response->body, "");
+  EXPECT_EQ(server.paths(), std::vector<std::string>{"/start"});
 }
 
 }  // namespace
