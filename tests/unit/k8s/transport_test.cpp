@@ -1,6 +1,7 @@
 // The cpprestsdk transport refuses unusable configuration up front, with one line naming the
-// field, and returns a redirect instead of following it. (Its TLS and streaming are exercised
-// against a real server in tests/cluster/k8s.)
+// field, returns a redirect instead of following it, and cuts a streamed body into lines
+// however it is split, against a plain-HTTP server in the test. (TLS and watches are
+// exercised against a real API server in tests/cluster/k8s.)
 #include "controller/k8s/transport_cpprest.h"
 
 #include <arpa/inet.h>
@@ -11,9 +12,13 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -75,6 +80,9 @@ std::string CaFileAfter(const char* preset, const std::vector<ClientConfig>& con
 }
 
 TEST(K8sCpprestTransportTest, SystemCaBundleIsSkippedOnlyWhenNoConnectionCanUseIt) {
+  // Each child runs this binary afresh: a child forked from a process whose cpprestsdk threads
+  // are running (another test of this binary ran first) deadlocks in cpprestsdk's exit handler.
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
   ClientConfig system_cas;  // https without a CA of its own: the system's bundle is its trust
   system_cas.server = "https://127.0.0.1:6443";
   ClientConfig insecure = system_cas;
@@ -94,11 +102,13 @@ TEST(K8sCpprestTransportTest, SystemCaBundleIsSkippedOnlyWhenNoConnectionCanUseI
   expect("/etc/my-cas.pem", {system_cas}, "/etc/my-cas.pem");
 }
 
-// A plain-HTTP server on 127.0.0.1 that answers `/start` with a 302 to `/elsewhere` on
-// itself and anything else with 200, one request per connection, and records each path.
-class RedirectingServer {
+// A plain-HTTP server on 127.0.0.1, one request per connection: it records each request's
+// path and hands the connection to the test's handler, which writes the whole response.
+class LoopbackServer {
  public:
-  RedirectingServer() {
+  using Handler = std::function<void(int conn, const std::string& path)>;
+
+  explicit LoopbackServer(Handler handler) : handler_(std::move(handler)) {
     fd_ = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
@@ -112,7 +122,7 @@ class RedirectingServer {
     port_ = ntohs(addr.sin_port);
     thread_ = std::thread([this] { Serve(); });
   }
-  ~RedirectingServer() {
+  ~LoopbackServer() {
     stop_ = true;
     if (thread_.joinable())
       thread_.join();
@@ -122,6 +132,15 @@ class RedirectingServer {
   std::vector<std::string> paths() {
     std::lock_guard<std::mutex> lock(mu_);
     return paths_;
+  }
+
+  static void Write(int conn, const std::string& bytes) {
+    for (size_t sent = 0; sent < bytes.size();) {
+      ssize_t n = write(conn, bytes.data() + sent, bytes.size() - sent);
+      if (n <= 0)
+        return;
+      sent += static_cast<size_t>(n);
+    }
   }
 
  private:
@@ -144,22 +163,12 @@ class RedirectingServer {
         std::lock_guard<std::mutex> lock(mu_);
         paths_.push_back(path);
       }
-      const std::string response =
-          path == "/start" ? "HTTP/1.1 302 Found\r\nLocation: " + url() +
-                                 "/elsewhere\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-                           : std::string(
-                                 "HTTP/1.1 200 OK\r\nContent-Length: 8\r\nConnection: "
-                                 "close\r\n\r\nfollowed");
-      for (size_t sent = 0; sent < response.size();) {
-        ssize_t n = write(conn, response.data() + sent, response.size() - sent);
-        if (n <= 0)
-          break;
-        sent += static_cast<size_t>(n);
-      }
+      handler_(conn, path);
       close(conn);
     }
   }
 
+  Handler handler_;
   int fd_ = -1;
   int port_ = 0;
   std::atomic<bool> stop_{false};
@@ -168,13 +177,25 @@ class RedirectingServer {
   std::vector<std::string> paths_;
 };
 
+Result<std::unique_ptr<HttpTransport>, std::string> TransportTo(const LoopbackServer& server) {
+  ClientConfig config;
+  config.server = server.url();
+  return NewCpprestTransport(config);
+}
+
 // An API server never redirects; following one would send the Authorization header wherever
 // the Location points (and cpprestsdk's follower races with its own I/O thread).
 TEST(K8sCpprestTransportTest, ReturnsARedirectInsteadOfFollowingIt) {
-  RedirectingServer server;
-  ClientConfig config;
-  config.server = server.url();
-  auto transport = NewCpprestTransport(config);
+  std::string location;
+  LoopbackServer server([&location](int conn, const std::string& path) {
+    LoopbackServer::Write(conn, path == "/start"
+                                    ? "HTTP/1.1 302 Found\r\nLocation: " + location +
+                                          "\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                                    : std::string("HTTP/1.1 200 OK\r\nContent-Length: 8\r\n"
+                                                  "Connection: close\r\n\r\nfollowed"));
+  });
+  location = server.url() + "/elsewhere";
+  auto transport = TransportTo(server);
   ASSERT_TRUE(transport.ok()) << transport.error();
   HttpRequest request;
   request.path = "/start";
@@ -183,9 +204,60 @@ TEST(K8sCpprestTransportTest, ReturnsARedirectInsteadOfFollowingIt) {
   auto response = (*transport)->Send(request);
   ASSERT_TRUE(response.ok()) << response.error().message;
   EXPECT_EQ(response->status, 302);
-  EXPECT_EQ(response->headers["location"], server.url() + "/elsewhere");
+  EXPECT_EQ(response->headers["location"], location);
   EXPECT_EQ(response->body, "");
   EXPECT_EQ(server.paths(), std::vector<std::string>{"/start"});
+}
+
+// A watch body arrives in whatever pieces the network makes: the reader hands over every line
+// whole and once, however the bytes were split, including lines longer than its 64 KiB chunk,
+// a burst of many lines at once, CRLF endings, empty lines (skipped) and a last line without
+// a newline.
+TEST(K8sCpprestTransportTest, StreamCutsLinesAcrossAnyChunking) {
+  const std::string long_line(200 * 1024, 'x');
+  std::string burst;
+  std::vector<std::string> want = {"first", "split across writes", long_line};
+  for (int i = 0; i < 2000; ++i) {
+    want.push_back("line " + std::to_string(i));
+    burst += want.back() + (i % 2 == 0 ? "\n" : "\r\n");
+  }
+  want.push_back("last, no newline");
+  const std::vector<std::string> pieces = {"first\nsplit ",
+                                           "across",
+                                           " writes\r",
+                                           "\n\n",
+                                           long_line.substr(0, 70000),
+                                           long_line.substr(70000) + "\n",
+                                           burst,
+                                           "last, no newline"};
+  LoopbackServer server([&pieces](int conn, const std::string&) {
+    // No Content-Length and no chunked encoding: the body ends when the connection closes.
+    LoopbackServer::Write(conn, "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n");
+    for (const std::string& piece : pieces) {
+      LoopbackServer::Write(conn, piece);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  auto transport = TransportTo(server);
+  ASSERT_TRUE(transport.ok()) << transport.error();
+  HttpRequest request;
+  request.path = "/watch";
+  request.timeout = std::chrono::milliseconds(10000);
+  std::vector<std::string> got;
+  Cancellation cancel;
+  auto response = (*transport)
+                      ->Stream(
+                          request,
+                          [&got](std::string_view line) {
+                            got.emplace_back(line);
+                            return true;
+                          },
+                          cancel);
+  ASSERT_TRUE(response.ok()) << response.error().message;
+  EXPECT_EQ(response->status, 200);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i)
+    ASSERT_EQ(got[i], want[i]) << "line " << i;
 }
 
 }  // namespace
