@@ -95,12 +95,20 @@ std::string QueryEscape(const std::string& value) {
   return out;
 }
 
-ApiError ErrorFromResponse(int status, const std::string& body) {
+ApiError ErrorFromResponse(int status, const std::string& body, std::string_view location) {
   ApiError err{status, "", ""};
   Json parsed = Json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (StringAt(parsed, "kind") == "Status") {
     err.reason = StringAt(parsed, "reason");
     err.message = StringAt(parsed, "message");
+  } else if (status >= 300 && status < 400) {
+    // A proxy or a plain-HTTP port in front of the API server, most likely.
+    err.reason = "Redirect";
+    err.message =
+        "the server redirected to " +
+        (location.empty() ? std::string("(no Location)") : api::ValidUtf8Prefix(location, 512)) +
+        ", which is not followed: set the kubeconfig's server to the API server's "
+        "own address";
   } else {
     // Not a Status (a proxy's page, say): quoted in events and logs, so valid UTF-8.
     err.message = api::ValidUtf8Prefix(body, 512);
@@ -139,6 +147,11 @@ ApiError ErrorFromResponse(int status, const std::string& body) {
 }
 
 namespace {
+
+std::string_view Location(const HttpResponse& response) {
+  auto it = response.headers.find("location");
+  return it == response.headers.end() ? std::string_view() : std::string_view(it->second);
+}
 
 void AddQuery(std::string& path, const char* key, const std::string& value) {
   if (value.empty())
@@ -203,7 +216,7 @@ Result<Json> RestClient::Do(const std::string& verb, const std::string& method,
   }
   Observe(verb, response->status);
   if (response->status < 200 || response->status >= 300) {
-    return ErrorFromResponse(response->status, response->body);
+    return ErrorFromResponse(response->status, response->body, Location(*response));
   }
   Json parsed = response_filter != nullptr
                     ? ParseFiltered(response->body, *response_filter)
@@ -348,7 +361,7 @@ Status RestClient::Watch(const ResourceRef& ref, const WatchOptions& options,
   }
   Observe("watch", response->status);
   if (response->status < 200 || response->status >= 300) {
-    return ErrorFromResponse(response->status, response->body);
+    return ErrorFromResponse(response->status, response->body, Location(*response));
   }
   if (stream_error)
     return *stream_error;

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "controller/k8s/config.h"
 #include "controller/k8s/field_filter.h"
@@ -160,8 +161,9 @@ class RestClient {
   TokenBucket limiter_;
 };
 
-// Turns a non-2xx response into an ApiError, reading the metav1.Status body when present.
-ApiError ErrorFromResponse(int status, const std::string& body);
+// Turns a non-2xx response into an ApiError, reading the metav1.Status body when present. A
+// 3xx (the transport follows no redirect) becomes reason "Redirect", naming `location`.
+ApiError ErrorFromResponse(int status, const std::string& body, std::string_view location = {});
 // One line of a watch stream: the event; an ERROR event's metav1.Status as an ApiError; or an
 // ApiError "InvalidResponse" for a line that is not {"type": string, "object": object}. With
 // `object_filter` the object holds only the fields it keeps (an ERROR's Status: all).

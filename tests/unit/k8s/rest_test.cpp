@@ -79,6 +79,21 @@ TEST(K8sApiErrorTest, QuotesANonStatusBodyAsUtf8) {
   EXPECT_EQ(e.message, "");
 }
 
+// The transport follows no redirect: a 3xx says where it pointed and what to change.
+TEST(K8sApiErrorTest, RedirectNamesTheLocationAndTheFix) {
+  const ApiError e = ErrorFromResponse(301, "<html>Moved</html>", "https://10.0.0.1:6443/api");
+  EXPECT_EQ(e.code, 301);
+  EXPECT_EQ(e.reason, "Redirect");
+  EXPECT_EQ(e.message,
+            "the server redirected to https://10.0.0.1:6443/api, which is not followed: set the "
+            "kubeconfig's server to the API server's own address");
+  EXPECT_NE(ErrorFromResponse(307, "").message.find("(no Location)"), std::string::npos);
+  // A Status body still speaks for itself.
+  EXPECT_EQ(
+      ErrorFromResponse(302, R"({"kind":"Status","reason":"Found","message":"m"})", "x").reason,
+      "Found");
+}
+
 TEST(K8sWatchEventTest, DecodesEventsAndErrors) {
   auto added = DecodeWatchEvent(R"({"type":"ADDED","object":{"metadata":{"name":"a"}}})");
   ASSERT_TRUE(added.ok());

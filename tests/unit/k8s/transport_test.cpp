@@ -22,6 +22,8 @@
 #include <thread>
 #include <vector>
 
+#include "controller/k8s/rest.h"
+
 namespace tessera::k8s {
 namespace {
 
@@ -186,15 +188,14 @@ Result<std::unique_ptr<HttpTransport>, std::string> TransportTo(const LoopbackSe
 // An API server never redirects; following one would send the Authorization header wherever
 // the Location points (and cpprestsdk's follower races with its own I/O thread).
 TEST(K8sCpprestTransportTest, ReturnsARedirectInsteadOfFollowingIt) {
-  std::string location;
+  const std::string location = "/elsewhere";  // cpprestsdk would resolve it against the request
   LoopbackServer server([&location](int conn, const std::string& path) {
-    LoopbackServer::Write(conn, path == "/start"
+    LoopbackServer::Write(conn, path != location
                                     ? "HTTP/1.1 302 Found\r\nLocation: " + location +
                                           "\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
                                     : std::string("HTTP/1.1 200 OK\r\nContent-Length: 8\r\n"
                                                   "Connection: close\r\n\r\nfollowed"));
   });
-  location = server.url() + "/elsewhere";
   auto transport = TransportTo(server);
   ASSERT_TRUE(transport.ok()) << transport.error();
   HttpRequest request;
@@ -207,6 +208,16 @@ TEST(K8sCpprestTransportTest, ReturnsARedirectInsteadOfFollowingIt) {
   EXPECT_EQ(response->headers["location"], location);
   EXPECT_EQ(response->body, "");
   EXPECT_EQ(server.paths(), std::vector<std::string>{"/start"});
+
+  // The REST client turns it into one error naming where it pointed.
+  ClientConfig config;
+  config.server = server.url();
+  RestClient client(**transport, config);
+  auto discovered = client.Discover("", "v1");
+  ASSERT_FALSE(discovered.ok());
+  EXPECT_EQ(discovered.error().reason, "Redirect");
+  EXPECT_NE(discovered.error().message.find(location), std::string::npos)
+      << discovered.error().message;
 }
 
 // A watch body arrives in whatever pieces the network makes: the reader hands over every line
