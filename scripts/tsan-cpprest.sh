@@ -6,7 +6,7 @@
 # inside it (its pplx tasks, its Boost.Asio threads) and cannot tell a false report there from
 # a real one. With this library in place, every access inside cpprestsdk is checked too: that
 # is how the redirect follower's race (docs/development.md) was found. Needs the network to
-# reach deb.debian.org once; about five minutes on two cores.
+# reach deb.debian.org once; about three minutes on two cores.
 #
 #   scripts/tsan-cpprest.sh && ctest --preset tsan -L cluster
 set -euo pipefail

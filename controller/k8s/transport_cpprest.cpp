@@ -10,7 +10,6 @@
 #include <openssl/x509.h>
 #include <openssl/x509_vfy.h>
 
-#include <algorithm>
 #include <atomic>
 #include <boost/asio/ssl.hpp>
 #include <cctype>
@@ -214,15 +213,15 @@ class CpprestTransport final : public HttpTransport {
       auto body = response.body().streambuf();
       using Traits = concurrency::streams::streambuf<uint8_t>::traits;
       std::string pending;                        // received, after the last complete line
-      constexpr size_t kStreamChunk = 64 * 1024;  // lines are cut at least this often
+      constexpr size_t kStreamChunk = 64 * 1024;  // taken at most between two cuts of lines
       while (!cancel.IsCancelled()) {
         const auto c = body.bumpc().get();  // waits for data, or the end of the body
         if (c == Traits::eof())
           break;
         pending.push_back(static_cast<char>(c));
         uint8_t* block = nullptr;
-        size_t n = 0;
-        while (pending.size() < kStreamChunk && body.acquire(block, n) && n > 0) {
+        for (size_t n = 0, taken = 0; taken < kStreamChunk && body.acquire(block, n) && n > 0;
+             taken += n) {
           pending.append(reinterpret_cast<const char*>(block), n);
           body.release(block, n);
         }
