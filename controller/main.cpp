@@ -5,6 +5,7 @@
 #include <malloc.h>
 #include <prometheus/exposer.h>
 #include <prometheus/registry.h>
+#include <spdlog/fmt/fmt.h>
 #include <spdlog/sinks/base_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
@@ -114,6 +115,27 @@ std::string InstanceName() {
   return std::string(host) + "_" + std::to_string(getpid());
 }
 
+// The rules of ValidateLeaderElectionConfig between the leader-election timings, as one line
+// naming the flags and the values given; "" when they hold. Compared in whole milliseconds,
+// as the elector uses them, so this and the elector's own check agree.
+std::string LeaderElectionFlagProblem(const tessera::k8s::LeaderElectionConfig& election,
+                                      double lease_duration, double renew_deadline,
+                                      double retry_period) {
+  if (election.renew_deadline >= election.lease_duration) {
+    return fmt::format(
+        "--leader-election-renew-deadline {} must be less than "
+        "--leader-election-lease-duration {}",
+        renew_deadline, lease_duration);
+  }
+  if (election.renew_deadline.count() * 10 <= election.retry_period.count() * 12) {
+    return fmt::format(
+        "--leader-election-renew-deadline {} must be more than 1.2 times "
+        "--leader-election-retry-period {} ({:g})",
+        renew_deadline, retry_period, retry_period * 1.2);
+  }
+  return "";
+}
+
 std::string DefaultLeaseNamespace() {
   if (const char* ns = std::getenv("POD_NAMESPACE"); ns && *ns)
     return ns;
@@ -143,7 +165,7 @@ int main(int argc, char** argv) {
   std::string progress_polling = "pods";
   double progress_interval = 5;
   double pod_event_batch = 1;
-  int sync_timeout = 120;
+  double sync_timeout = 120;
   bool leader_elect = false;
   std::string lease_namespace = DefaultLeaseNamespace();
   std::string lease_name = "tessera-controller";
@@ -240,9 +262,12 @@ int main(int argc, char** argv) {
   election.renew_deadline = seconds(renew_deadline);
   election.retry_period = seconds(retry_period);
   if (leader_elect) {
-    if (std::string problem = tessera::k8s::ValidateLeaderElectionConfig(election);
-        !problem.empty()) {
-      spdlog::error("leader election: {}", problem);
+    std::string problem =
+        LeaderElectionFlagProblem(election, lease_duration, renew_deadline, retry_period);
+    if (problem.empty())
+      problem = tessera::k8s::ValidateLeaderElectionConfig(election);  // Lease, identity
+    if (!problem.empty()) {
+      spdlog::error("{}", problem);
       return kExitBadConfig;
     }
   }
@@ -345,7 +370,7 @@ int main(int argc, char** argv) {
                namespace_.empty() ? std::string("all namespaces") : "namespace " + namespace_,
                config->server);
   controller->StartInformers();
-  const auto sync_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(sync_timeout);
+  const auto sync_deadline = std::chrono::steady_clock::now() + seconds(sync_timeout);
   while (!controller->WaitForSync(std::chrono::milliseconds(200))) {
     if (stop.IsCancelled()) {
       controller->Stop();
@@ -354,8 +379,8 @@ int main(int argc, char** argv) {
     if (std::chrono::steady_clock::now() >= sync_deadline) {
       spdlog::error(
           "caches did not sync within {}s: is {} reachable, is the TrainingJob CRD installed "
-          "(manifests/crd/), and may this identity list trainingjobs, pods, services, secrets "
-          "and nodes (manifests/rbac/)?",
+          "(manifests/crd/), and may this identity list and watch trainingjobs, pods and "
+          "nodes (manifests/rbac/)?",
           sync_timeout, config->server);
       controller->Stop();
       return 1;

@@ -29,8 +29,9 @@ struct LeaderElectionConfig {
   std::function<void(const std::string& identity)> on_new_leader;  // optional
 };
 
-// One line describing what is wrong with `config`, or "" when it is usable:
-// lease_duration > renew_deadline > retry_period * 1.2, all positive, names set.
+// One line describing what is wrong with `config`, starting "leader election: " (print it
+// as it is), or "" when it is usable: lease_duration > renew_deadline > retry_period * 1.2,
+// all positive, names set. tessera-controller checks the timings first, naming its flags.
 std::string ValidateLeaderElectionConfig(const LeaderElectionConfig& config);
 
 // Run() is meant for one thread; IsLeader() and ObservedLeader() may be called from any.

@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <ctime>
+#include <limits>
 
 namespace tessera::train {
 namespace {
@@ -47,7 +48,11 @@ TrainMetrics::TrainMetrics(int64_t total_steps)
                               "stage waited for its neighbours (0 without pipelining).");
   loss_ = NewGauge(r, "tessera_train_loss", "Training loss (mean cross-entropy) of the last step.");
   val_loss_ = NewGauge(r, "tessera_train_validation_loss",
-                       "Mean cross-entropy on the validation split at the last evaluation.");
+                       "Mean cross-entropy on the validation split at the last evaluation "
+                       "(NaN before the first).");
+  // No evaluation yet: NaN, which Prometheus stores and Grafana draws as no value, where a 0
+  // would draw a validation loss of 0. The series still exists from the first scrape.
+  val_loss_->Set(std::numeric_limits<double>::quiet_NaN());
   tokens_per_second_ =
       NewGauge(r, "tessera_train_tokens_per_second",
                "Training tokens processed per second in the last step, all ranks.");
@@ -69,7 +74,9 @@ TrainMetrics::TrainMetrics(int64_t total_steps)
                              .Add({}, SecondsBuckets());
   memory_ = &prometheus::BuildGauge()
                  .Name("tessera_memory_bytes")
-                 .Help("Memory of this rank by kind: parameters, gradients, optimizer, resident.")
+                 .Help(
+                     "Memory of this rank by kind: parameters, gradients, optimizer, "
+                     "activations, resident.")
                  .Register(r);
   comm_seconds_ = &prometheus::BuildCounter()
                        .Name("tessera_comm_seconds_total")

@@ -43,6 +43,9 @@ class TrainMetrics {
   TrainMetrics& operator=(const TrainMetrics&) = delete;
 
   void RecordStep(const StepReport& report);
+  // tessera_train_validation_loss is NaN (no value, for Prometheus and Grafana) until the
+  // first RecordValidation, or a RecordResume with a validation loss, as /progress's valLoss
+  // is null.
   void RecordValidation(double val_loss);
   // After resuming from a checkpoint: step, loss and validation loss as it recorded them.
   void RecordResume(int64_t step, double loss, std::optional<double> val_loss);

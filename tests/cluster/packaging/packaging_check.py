@@ -4,6 +4,13 @@ the Grafana dashboards, the Dockerfile, and comparisons of rendered chart output
 plain manifests. Each subcommand prints one `ok:` line per check, or `FAIL:` lines and exits 1.
 
   packaging_check.py static                      chart copies, dashboards, Dockerfile, README
+  packaging_check.py chart-flags CONTROLLER      the numeric values of the chart's schema
+                                                 against `CONTROLLER --help`: a value that
+                                                 sets a flag has the flag's range, `helm
+                                                 template` refuses it outside (naming the key)
+                                                 and renders its bounds into flags the
+                                                 controller accepts; docs/controller.md gives
+                                                 each flag's range
   packaging_check.py rendered CHART_YAML         a `helm template` of the chart (release
                                                  `tessera`, namespace tessera-system) against
                                                  manifests/: CRD, RBAC rules, controller pod
@@ -81,27 +88,47 @@ METRIC_TOKEN = re.compile(r"\btessera_[a-z0-9_]+")
 HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
 
 
-# The metrics DESIGN.md names (§5 controller, §6 worker). A dashboard may use one of these
-# before docs/metrics.md documents it; the check then prints a note, not a failure, so the
-# panel is ready when the metric lands. Anything else must be in docs/metrics.md.
-DESIGN_METRICS = {
-    "tessera_controller_reconcile_total", "tessera_controller_reconcile_duration_seconds",
-    "tessera_controller_workqueue_depth", "tessera_controller_api_requests_total",
-    "tessera_controller_watch_restarts_total", "tessera_controller_leader", "tessera_jobs",
-    "tessera_job_restarts_total", "tessera_job_startup_seconds",
-    "tessera_train_step", "tessera_train_loss", "tessera_train_tokens_per_second",
-    "tessera_train_step_seconds", "tessera_train_mfu_ratio", "tessera_train_learning_rate",
-    "tessera_train_grad_norm", "tessera_comm_seconds_total", "tessera_comm_bytes_total",
-    "tessera_pipeline_bubble_ratio", "tessera_checkpoint_seconds", "tessera_memory_bytes",
+METRICS_DOC = os.path.join(ROOT, "docs", "metrics.md")
+# Each table of docs/metrics.md and the source that registers its metrics.
+METRIC_TABLES = {
+    "Controller": os.path.join(ROOT, "controller", "reconcile", "metrics.cpp"),
+    "Training": os.path.join(ROOT, "worker", "train", "metrics.cpp"),
 }
+TABLE_ROW_METRIC = re.compile(r"^\| `(tessera_[a-z0-9_]+)`", re.M)
 
 
-def documented_metrics():
-    """Metric names docs/metrics.md mentions (tables or text)."""
-    metrics_doc = os.path.join(ROOT, "docs", "metrics.md")
-    if not os.path.exists(metrics_doc):
-        return set(), []
-    return set(METRIC_TOKEN.findall(open(metrics_doc).read())), ["docs/metrics.md"]
+def metric_tables():
+    """{section: metric names of its table} for the `## <section> ...` sections of
+    docs/metrics.md named in METRIC_TABLES; None when the page does not exist."""
+    if not os.path.exists(METRICS_DOC):
+        return None
+    tables, section = {}, None
+    for line in open(METRICS_DOC):
+        if line.startswith("## "):
+            words = line[3:].split()
+            section = words[0] if words and words[0] in METRIC_TABLES else None
+            continue
+        if section:
+            tables.setdefault(section, set()).update(TABLE_ROW_METRIC.findall(line))
+    return tables
+
+
+def check_metric_tables(tables):
+    """Each table of docs/metrics.md names exactly the metrics its source registers."""
+    for section, source in METRIC_TABLES.items():
+        documented = tables.get(section, set())
+        if not documented:
+            fail(f"docs/metrics.md: no '## {section}' section with a table of tessera_ metrics")
+            continue
+        registered = set(re.findall(r'"(tessera_[a-z0-9_]+)"', open(source).read()))
+        for name in sorted(registered - documented):
+            fail(f"{rel(source)} registers {name}, which the {section} table of "
+                 "docs/metrics.md lacks")
+        for name in sorted(documented - registered):
+            fail(f"docs/metrics.md lists {name} under {section}, which {rel(source)} does not "
+                 "register")
+        if registered == documented:
+            ok(f"docs/metrics.md {section} table: the {len(documented)} metrics of {rel(source)}")
 
 
 def metric_names(expr):
@@ -133,12 +160,13 @@ def check_dashboards():
     if not files:
         fail("dashboards/ holds no JSON")
         return
-    known, sources = documented_metrics()
-    if not sources:
+    tables = metric_tables()
+    if tables is None:
         fail("docs/metrics.md does not exist: no list of metric names to check the dashboards "
              "against")
         return
-    notes = set()
+    check_metric_tables(tables)
+    known = set().union(*tables.values())
     titles = set()
     for name in files:
         path = os.path.join(directory, name)
@@ -177,29 +205,21 @@ def check_dashboards():
                 if t.get("datasource", {}).get("uid") != "${datasource}":
                     fail(f"dashboards/{name}: panel {panel.get('title')!r} does not use "
                          "the datasource variable")
-                used = metric_names(expr) - reported.get(panel.get("title"), set())
+                used = metric_names(expr)
                 if not used:
                     fail(f"dashboards/{name}: panel {panel.get('title')!r}: query uses no "
                          f"tessera_ metric: {expr}")
+                used -= reported.get(panel.get("title"), set())
                 for metric in sorted(used):
-                    if base_name(metric, known) is not None:
-                        continue
-                    planned = base_name(metric, DESIGN_METRICS)
-                    if planned is not None:
-                        notes.add(f"note: dashboards/{name} uses {planned} (DESIGN.md), not yet "
-                                  "in docs/metrics.md")
-                    else:
+                    if base_name(metric, known) is None:
                         fail(f"dashboards/{name}: panel {panel.get('title')!r} uses {metric}, "
-                             "which neither docs/metrics.md nor DESIGN.md lists")
+                             "which no table of docs/metrics.md lists")
                         reported.setdefault(panel.get("title"), set()).add(metric)
                 for var in re.findall(r"\$(\w+)", expr):
                     if var not in variables and not var.startswith("__"):
                         fail(f"dashboards/{name}: panel {panel.get('title')!r} uses undefined "
                              f"variable ${var}")
-        ok(f"dashboards/{name}: {title!r}, {len(ids)} panels, {queries} queries, "
-           f"metrics documented in {' and '.join(sources) or '-'}")
-    for note in sorted(notes):
-        print(note)
+        ok(f"dashboards/{name}: {title!r}, {len(ids)} panels, {queries} queries")
     for want in ("Tessera / Jobs", "Tessera / Training"):
         if want not in titles:
             fail(f"no dashboard titled {want!r}")
@@ -325,6 +345,197 @@ def static():
     check_dashboards()
     check_dockerfile()
     check_readme()
+
+
+# ---- chart values and documented flags against the controller's flags ------------------
+
+# Chart values that become a controller flag: the schema's range must be the flag's, so that
+# `helm install` refuses what would make the controller exit 2 at start.
+FLAG_VALUES = {
+    "controller.workers": "--workers",
+    "controller.qps": "--qps",
+    "controller.burst": "--burst",
+}
+# The other numeric values, and the range their schema must give: (minimum, maximum or None).
+OTHER_NUMERIC_VALUES = {
+    "controller.replicas": (0, None),
+    "controller.verbosity": (0, 2),  # that many -v; the controller has two levels above info
+    "controller.metricsPort": (1, 65535),  # TCP: --metrics-bind-address=:PORT, containerPort
+    "controller.healthPort": (1, 65535),
+    "controller.runAsUser": (1, None),  # non-root
+    "controller.terminationGracePeriodSeconds": (0, None),
+    "metrics.service.port": (1, 65535),
+}
+HELP_OPTION = re.compile(
+    r"^\s+(?:-\w,)?(--[a-z0-9-]+) (INT|FLOAT)(?::(INT|FLOAT) in \[(\S+) - (\S+)\])?")
+SUPERSCRIPT = str.maketrans("⁰¹²³⁴⁵⁶⁷⁸⁹", "0123456789")
+DOC_RANGE = re.compile(r"(\d+(?:\.\d+)?)([⁰¹²³⁴⁵⁶⁷⁸⁹]*)\s*[–-]\s*(\d+(?:\.\d+)?)([⁰¹²³⁴⁵⁶⁷⁸⁹]*)")
+
+
+def flag_ranges(controller):
+    """{flag: (type, minimum, maximum)} of the numeric options in `controller --help`; the
+    bounds are None for an option without a range."""
+    import subprocess
+    text = subprocess.run([controller, "--help"], capture_output=True, text=True,
+                          check=True).stdout
+    flags = {}
+    for line in text.splitlines():
+        m = HELP_OPTION.match(line)
+        if not m:
+            continue
+        flag, kind, check_kind, lo, hi = m.groups()
+        if check_kind and check_kind != kind:
+            fail(f"tessera-controller --help: {flag} is {kind} with a {check_kind} range "
+                 f"[{lo} - {hi}]: its value and its range should have one type")
+        flags[flag] = (kind, float(lo) if lo else None, float(hi) if hi else None)
+    if not flags:
+        fail(f"{controller} --help lists no numeric option")
+    return flags
+
+
+def schema_numbers(schema, path=""):
+    """(dotted key, property schema) of every integer or number in the values schema."""
+    for key, prop in (schema.get("properties") or {}).items():
+        dotted = f"{path}{key}"
+        if prop.get("type") in ("integer", "number"):
+            yield dotted, prop
+        elif prop.get("type") == "object":
+            yield from schema_numbers(prop, dotted + ".")
+
+
+def doc_number(digits, superscript):
+    value = float(digits)
+    return value ** int(superscript.translate(SUPERSCRIPT)) if superscript else value
+
+
+def check_doc_ranges(flags):
+    """Each flag row of docs/controller.md's table gives the range --help enforces."""
+    rows = [line for line in open(os.path.join(ROOT, "docs", "controller.md"))
+            if line.startswith("| `-")]
+    for flag, (_, lo, hi) in sorted(flags.items()):
+        if lo is None:
+            continue
+        row = next((r for r in rows if f"`{flag}`" in r.split(" | ")[0]), None)
+        if row is None:
+            fail(f"docs/controller.md: no row of the flags table names `{flag}`")
+            continue
+        ranges = {(doc_number(a, ae), doc_number(b, be)) for a, ae, b, be in DOC_RANGE.findall(row)}
+        if (lo, hi) not in ranges:
+            fail(f"docs/controller.md: the row of {flag} does not give its range {lo:g}–{hi:g} "
+                 f"(tessera-controller --help); it has {sorted(ranges) or 'none'}")
+        else:
+            ok(f"docs/controller.md: {flag} {lo:g}–{hi:g}")
+
+
+def helm_binary():
+    import shutil
+    found = shutil.which("helm") or os.path.join(ROOT, ".deps", "bin", "helm")
+    if not os.path.exists(found):
+        fail("helm not found on PATH or in .deps/bin: run scripts/setup.sh first")
+        return None
+    return found
+
+
+def helm_template(helm, key, value, work):
+    """(accepted, output, controller args) of `helm template` with `key` set to `value`."""
+    import subprocess
+    values = value
+    for part in reversed(key.split(".")):
+        values = {part: values}
+    path = os.path.join(work, "values.yaml")
+    with open(path, "w") as f:
+        yaml.safe_dump(values, f)
+    env = dict(os.environ, HELM_CACHE_HOME=os.path.join(work, "cache"),
+               HELM_CONFIG_HOME=os.path.join(work, "config"),
+               HELM_DATA_HOME=os.path.join(work, "data"))
+    run = subprocess.run([helm, "template", "t", CHART, "-f", path], capture_output=True,
+                         text=True, env=env)
+    if run.returncode != 0:
+        return False, run.stdout + run.stderr, None
+    deployment = by_kind(load_docs(run.stdout, is_text=True), "Deployment")[0]
+    return True, run.stdout, deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+def chart_flags(controller):
+    import subprocess
+    import tempfile
+    flags = flag_ranges(controller)
+    check_doc_ranges(flags)
+    schema = json.load(open(os.path.join(CHART, "values.schema.json")))
+    numbers = dict(schema_numbers(schema))
+    bounds = {}
+    for key, prop in sorted(numbers.items()):
+        got = (prop.get("minimum"), prop.get("maximum"))
+        if "exclusiveMinimum" in prop or "exclusiveMaximum" in prop:
+            fail(f"values.schema.json {key}: exclusive bounds; give the flag's inclusive range")
+        if key in FLAG_VALUES:
+            flag = FLAG_VALUES[key]
+            kind, lo, hi = flags.get(flag, (None, None, None))
+            if lo is None:
+                fail(f"values.schema.json {key}: {flag} has no range in tessera-controller --help")
+                continue
+            if (prop.get("type") == "integer") != (kind == "INT"):
+                fail(f"values.schema.json {key}: type {prop.get('type')}, but {flag} is {kind}")
+            want = (lo, hi)
+        elif key in OTHER_NUMERIC_VALUES:
+            want = OTHER_NUMERIC_VALUES[key]
+        else:
+            fail(f"values.schema.json {key}: a number this check does not know; add it to "
+                 "FLAG_VALUES (it sets a flag) or OTHER_NUMERIC_VALUES in packaging_check.py")
+            continue
+        if got[0] is None or float(got[0]) != want[0] or (
+                (got[1] is None) != (want[1] is None)) or (
+                got[1] is not None and float(got[1]) != want[1]):
+            fail(f"values.schema.json {key}: range {got}, want {want}"
+                 + (f" ({FLAG_VALUES[key]} in tessera-controller --help)" if key in FLAG_VALUES
+                    else ""))
+        else:
+            ok(f"values.schema.json {key}: {want[0]:g} to "
+               + (f"{want[1]:g}" if want[1] is not None else "any")
+               + (f", as {FLAG_VALUES[key]}" if key in FLAG_VALUES else ""))
+        bounds[key] = (prop.get("type") == "integer", want[0], want[1])
+    for key in sorted(set(FLAG_VALUES) | set(OTHER_NUMERIC_VALUES)):
+        if key not in numbers:
+            fail(f"values.schema.json has no number {key}")
+    helm = helm_binary()
+    if helm is None:
+        return
+    with tempfile.TemporaryDirectory() as work:
+        for key, (integer, lo, hi) in sorted(bounds.items()):
+            inside = [lo] + ([hi] if hi is not None else [])
+            outside = [lo - 1 if integer else lo / 2] + (
+                [hi + 1 if integer else hi * 1.5] if hi is not None else [])
+            if integer:
+                inside, outside = [int(v) for v in inside], [int(v) for v in outside]
+            pointer = "/" + key.replace(".", "/")
+            for value in outside:
+                accepted, output, _ = helm_template(helm, key, value, work)
+                if accepted:
+                    fail(f"helm template with {key}={value} was accepted: "
+                         f"outside {lo:g}–{hi if hi is not None else 'any'}")
+                elif pointer not in output:
+                    fail(f"helm template with {key}={value}: refused without naming "
+                         f"{pointer}: {output.strip()}")
+                else:
+                    ok(f"helm template refuses {key}={value} ({pointer})")
+            for value in inside:
+                accepted, output, args = helm_template(helm, key, value, work)
+                if not accepted:
+                    fail(f"helm template with {key}={value} (in range) was refused: "
+                         f"{output.strip()}")
+                    continue
+                if key not in FLAG_VALUES:
+                    ok(f"helm template accepts {key}={value}")
+                    continue
+                # The controller parses the rendered flags (--version: parse, print, exit 0).
+                run = subprocess.run([controller] + args + ["--version"], capture_output=True,
+                                     text=True)
+                rendered = [a for a in args if a.startswith(FLAG_VALUES[key] + "=")]
+                if run.returncode != 0:
+                    fail(f"{key}={value} renders {rendered}, which tessera-controller refuses: "
+                         f"{(run.stdout + run.stderr).strip()}")
+                else:
+                    ok(f"{key}={value} renders {rendered}, which tessera-controller accepts")
 
 
 # ---- rendered chart against manifests/ ----------------------------------------------------
@@ -472,6 +683,8 @@ def main():
     cmd, args = sys.argv[1], sys.argv[2:]
     if cmd == "static":
         static()
+    elif cmd == "chart-flags" and len(args) == 1:
+        chart_flags(args[0])
     elif cmd == "rendered" and len(args) == 1:
         rendered(args[0])
     elif cmd == "restricted" and len(args) == 1:

@@ -4,8 +4,25 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
 namespace tessera::train {
 namespace {
+
+// The value of the unlabelled sample `name` in Prometheus text, parsed as Prometheus does
+// ("Nan", "NaN" and "+Inf" included); fails the test when there is no such line.
+double SampleValue(const std::string& text, const std::string& name) {
+  const std::string prefix = "\n" + name + " ";
+  const auto at = text.find(prefix);
+  if (at == std::string::npos) {
+    ADD_FAILURE() << "no sample " << name << " in\n" << text;
+    return 0;
+  }
+  const auto begin = at + prefix.size();
+  return std::strtod(text.substr(begin, text.find('\n', begin) - begin).c_str(), nullptr);
+}
 
 TEST(TrainMetrics, ExposesEveryDocumentedMetric) {
   TrainMetrics m(100);
@@ -56,6 +73,40 @@ TEST(TrainMetrics, ResumeShowsTheCheckpointsProgress) {
   EXPECT_EQ(p["loss"], 3.5);
   EXPECT_EQ(p["valLoss"], 3.75);
   EXPECT_NE(m.MetricsText().find("tessera_train_step 20"), std::string::npos);
+}
+
+TEST(TrainMetrics, ValidationLossIsNoValueUntilTheFirstEvaluation) {
+  TrainMetrics m(50);
+  m.RecordStep({.step = 1, .loss = 4.5});
+  // Not 0, which a dashboard would draw as a validation loss of 0; the series exists.
+  EXPECT_TRUE(std::isnan(SampleValue(m.MetricsText(), "tessera_train_validation_loss")));
+  EXPECT_TRUE(nlohmann::json::parse(m.ProgressJson())["valLoss"].is_null());
+  m.RecordValidation(4.25);
+  EXPECT_EQ(SampleValue(m.MetricsText(), "tessera_train_validation_loss"), 4.25);
+
+  TrainMetrics resumed_before_evaluating(50);
+  resumed_before_evaluating.RecordResume(20, 3.5, std::nullopt);
+  EXPECT_TRUE(std::isnan(
+      SampleValue(resumed_before_evaluating.MetricsText(), "tessera_train_validation_loss")));
+  TrainMetrics resumed(50);
+  resumed.RecordResume(20, 3.5, 3.75);
+  EXPECT_EQ(SampleValue(resumed.MetricsText(), "tessera_train_validation_loss"), 3.75);
+}
+
+TEST(TrainMetrics, MemoryHelpNamesEveryKind) {
+  TrainMetrics m(50);
+  for (const char* kind : {"parameters", "gradients", "optimizer", "activations", "resident"})
+    m.SetMemoryBytes(kind, 1);
+  const std::string text = m.MetricsText();
+  const auto help_at = text.find("# HELP tessera_memory_bytes ");
+  ASSERT_NE(help_at, std::string::npos) << text;
+  const std::string help = text.substr(help_at, text.find('\n', help_at) - help_at);
+  for (const char* kind : {"parameters", "gradients", "optimizer", "activations", "resident"}) {
+    EXPECT_NE(text.find("tessera_memory_bytes{kind=\"" + std::string(kind) + "\"} 1"),
+              std::string::npos)
+        << kind;
+    EXPECT_NE(help.find(kind), std::string::npos) << help;
+  }
 }
 
 }  // namespace
