@@ -206,7 +206,7 @@ class Decider {
 
   // Any worker of the attempt lost fails the attempt (a collective cannot survive a lost
   // member). A lost node is blamed first (it is never a consequence of another failure), then
-  // the earliest exit, then deletions and disappearances.
+  // the earliest exit (see EarliestFailedWorker), then deletions and disappearances.
   std::optional<Failure> AttemptFailure() const {
     const std::vector<const Worker*> workers = JudgedWorkers();
     for (const Worker* worker : workers) {
@@ -233,14 +233,23 @@ class Decider {
     return std::nullopt;
   }
 
+  // The failed worker to blame: the earliest finish; a worker with a finish time before one
+  // without. Finish times tie often (a container's finishedAt has one-second resolution, the
+  // local runner stamps every exit it reaps in one poll alike), and then a lost peer's exit
+  // code is the consequence, not the cause: any other code is blamed first, then the lowest
+  // index.
   static const Worker* EarliestFailedWorker(const std::vector<const Worker*>& workers) {
     const Worker* earliest = nullptr;
-    auto before = [](const Worker* a, const Worker* b) {
+    auto lost_peer = [](const Worker* w) { return w->exit_code == kCommunicationFailedExitCode; };
+    auto before = [&](const Worker* a, const Worker* b) {
       if (a->finished_at && b->finished_at && *a->finished_at != *b->finished_at) {
         return *a->finished_at < *b->finished_at;
       }
       if (a->finished_at.has_value() != b->finished_at.has_value()) {
         return a->finished_at.has_value();
+      }
+      if (lost_peer(a) != lost_peer(b)) {
+        return !lost_peer(a);
       }
       return a->index < b->index;
     };

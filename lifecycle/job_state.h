@@ -45,6 +45,12 @@ struct Policy {
 
 enum class WorkerPhase { kPending, kRunning, kSucceeded, kFailed, kUnknown };
 
+// The exit code of a rank whose communication failed: a peer was lost, a collective timed out
+// or the rendezvous failed (the built-in trainer's 6, train::ExitCode::kCommFailed,
+// docs/training.md). Usually the consequence of another worker's failure rather than its
+// cause, so among failures at the same time another exit code is blamed first.
+inline constexpr int64_t kCommunicationFailedExitCode = 6;
+
 // One worker (a pod, or a local agent process) as the caller sees it now. At most one worker
 // per index: names are per index (`J-worker-<i>`), whatever the attempt.
 struct Worker {

@@ -16,8 +16,11 @@
 #include <filesystem>
 #include <optional>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "worker/termination_message.h"
+#include "worker/train/status.h"
 
 namespace tessera::worker {
 namespace {
@@ -155,8 +158,10 @@ int RunAgent(const AgentOptions& options) {
     kill_at = Clock::now() + options.grace;
   }
   int forwarded = 0;
+  const int lost_peer = static_cast<int>(train::ExitCode::kCommFailed);
   for (;;) {
     bool any_running = false;
+    std::vector<std::pair<const Child*, int>> exited;  // in this pass, with their codes
     for (Child& c : children) {
       if (!c.running)
         continue;
@@ -168,24 +173,37 @@ int RunAgent(const AgentOptions& options) {
       }
       c.running = false;
       ::kill(-c.pid, SIGKILL);  // whatever the rank left behind in its group
-      const int code = ExitCodeOf(status);
-      if (code != 0 && result == 0 && g_signal == 0) {
+      exited.emplace_back(&c, ExitCodeOf(status));
+    }
+    // The failure to report: exits seen in one pass came within one poll, in an unknown order,
+    // and a rank that lost its peer (exit 6) is the consequence of the other's failure, not
+    // its cause (the lifecycle's rule, docs/lifecycle.md). Otherwise the lowest local rank.
+    const Child* failed = nullptr;
+    int failed_code = 0;
+    for (const auto& [c, code] : exited) {
+      if (code != 0 && (failed == nullptr || (failed_code == lost_peer && code != lost_peer))) {
+        failed = c;
+        failed_code = code;
+      }
+    }
+    for (const auto& [c, code] : exited) {
+      if (c == failed && result == 0 && g_signal == 0) {
         result = code;
         spdlog::error("agent: rank {} (pid {}) exited with code {}; stopping the other ranks",
-                      c.rank, c.pid, code);
+                      c->rank, c->pid, code);
         // Kept only when the rank said nothing itself (killed by a signal, or crashed).
         WriteTerminationMessage(code > 128
-                                    ? fmt::format("rank {} was killed by signal {} ({})", c.rank,
+                                    ? fmt::format("rank {} was killed by signal {} ({})", c->rank,
                                                   code - 128, strsignal(code - 128))
-                                    : fmt::format("rank {} exited with code {}", c.rank, code));
+                                    : fmt::format("rank {} exited with code {}", c->rank, code));
       } else {
-        spdlog::info("agent: rank {} (pid {}) exited with code {}", c.rank, c.pid, code);
+        spdlog::info("agent: rank {} (pid {}) exited with code {}", c->rank, c->pid, code);
       }
-      if (code != 0 && !stopping) {
-        stopping = true;
-        stop_all(SIGTERM);
-        kill_at = Clock::now() + options.grace;
-      }
+    }
+    if (failed != nullptr && !stopping) {
+      stopping = true;
+      stop_all(SIGTERM);
+      kill_at = Clock::now() + options.grace;
     }
     if (!any_running)
       break;

@@ -21,7 +21,8 @@ struct AgentOptions {
 };
 
 // Runs the ranks to the end and returns the agent's exit code: 0 when every rank exited 0,
-// otherwise the first failure's code (128 + signal for a rank killed by a signal), or 2 with
+// otherwise the first failure's code (128 + signal for a rank killed by a signal; among ranks
+// found exited in the same poll, one that did not exit 6, a lost peer, first), or 2 with
 // one line on stderr for a bad TESSERA_NODE_RANK / TESSERA_PROCS_PER_NODE. Installs handlers
 // for SIGTERM and SIGINT while it runs. Call it from a single-threaded process.
 int RunAgent(const AgentOptions& options);

@@ -312,6 +312,23 @@ int main(int argc, char** argv) {
     spdlog::set_default_logger(spdlog::stderr_color_mt("tessera"));
     tessera::worker::AgentOptions options;
     options.grace = std::chrono::milliseconds(static_cast<int64_t>(grace_seconds * 1000));
+    // Either the built-in trainer or your own command: the options of the one are no part of
+    // the other, and silently dropping them would run something else than was asked.
+    if (!agent_command.empty() && agent_cmd->count("--config") > 0) {
+      std::cerr << "tessera-worker agent: --config " << agent_config << " and a command after -- ("
+                << agent_command.front()
+                << ") both given; choose one: --config for the built-in trainer, or the command "
+                   "for your own\n";
+      return 2;
+    }
+    if (!agent_command.empty() &&
+        (agent_cmd->count("--set") > 0 || agent_cmd->count("--threads") > 0)) {
+      std::cerr << "tessera-worker agent: "
+                << (agent_cmd->count("--set") > 0 ? "--set" : "--threads")
+                << " applies to the built-in trainer (--config), not to a command after -- ("
+                << agent_command.front() << "); leave it out or use --config\n";
+      return 2;
+    }
     if (!agent_command.empty()) {
       options.command = agent_command;
     } else if (!agent_config.empty()) {

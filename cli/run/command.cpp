@@ -36,7 +36,8 @@ void AddRunCommand(CLI::App* app, int* rc) {
                   "fixed target for Prometheus); default: free ports, new each attempt")
       ->check(CLI::Range(1, 65535));
   run->add_option("--worker-binary", options->worker_binary,
-                  "tessera-worker to run ranks with; default: next to this executable");
+                  "tessera-worker to run ranks with; default: $TESSERA_WORKER_BINARY, else the "
+                  "tessera-worker next to this executable");
   run->callback([options, rc] { *rc = RunJob(*options); });
 }
 

@@ -37,11 +37,15 @@
 #include "worker/train/from_api.h"
 #include "worker/train/memory.h"
 #include "worker/train/plan.h"
+#include "worker/train/status.h"
 
 namespace tessera::cli {
 namespace {
 
 namespace fs = std::filesystem;
+static_assert(lifecycle::kCommunicationFailedExitCode ==
+                  static_cast<int>(train::ExitCode::kCommFailed),
+              "the lifecycle's tie rule names the trainer's exit code for a lost peer");
 using Clock = std::chrono::steady_clock;
 using lifecycle::Phase;
 
@@ -159,12 +163,19 @@ struct LocalWorker {
     return std::all_of(ranks.begin(), ranks.end(),
                        [](const Rank& r) { return r.exit_code.has_value(); });
   }
-  // The first rank to fail (earliest finish), or nullptr.
+  // The rank to blame, by the lifecycle's rule for workers (docs/lifecycle.md): the earliest
+  // finish; among ranks reaped in the same poll (stamped alike) one that did not just lose a
+  // peer, then the lowest rank. nullptr when none failed.
   const Rank* FirstFailure() const {
     const Rank* first = nullptr;
+    auto lost_peer = [](const Rank& r) {
+      return *r.exit_code == lifecycle::kCommunicationFailedExitCode;
+    };
     for (const Rank& r : ranks) {
-      if (r.exit_code && *r.exit_code != 0 &&
-          (first == nullptr || *r.finished_at < *first->finished_at)) {
+      if (!r.exit_code || *r.exit_code == 0)
+        continue;
+      if (first == nullptr || *r.finished_at < *first->finished_at ||
+          (*r.finished_at == *first->finished_at && lost_peer(*first) && !lost_peer(r))) {
         first = &r;
       }
     }
@@ -254,6 +265,10 @@ class LocalRun {
   int64_t tokens_per_second_count_ = 0;
   int64_t last_counted_step_ = -1;
   bool bar_shown_ = false;
+  bool checkpoint_advice_given_ = false;
+  // The phase status.json shows when the run did not end by the lifecycle (Interrupted);
+  // empty: the lifecycle's.
+  std::string phase_override_;
   std::string last_status_json_;
 };
 
@@ -273,6 +288,9 @@ void LocalRun::Reap() {
   std::map<pid_t, int> exited;
   for (const auto& [pid, code] : ReapExitedChildren())
     exited[pid] = code;  // ranks, and orphans of ranks adopted as subreaper (ignored)
+  // One time for every exit seen in this poll: their order within it is unknown, so the
+  // lifecycle's tie rule decides which to blame, not the order of this loop.
+  const lifecycle::TimePoint now = std::chrono::system_clock::now();
   for (auto& [index, worker] : workers_) {
     for (Rank& r : worker.ranks) {
       if (r.exit_code)
@@ -281,7 +299,7 @@ void LocalRun::Reap() {
       if (it == exited.end())
         continue;
       r.exit_code = it->second;
-      r.finished_at = std::chrono::system_clock::now();
+      r.finished_at = now;
       // Whatever the rank left behind in its group goes with it.
       SignalProcessGroup(r.pid, SIGKILL);
     }
@@ -294,6 +312,18 @@ void LocalRun::Reap() {
       for (const std::string& line : TailLines(failed->log_path, 5))
         text += "\n  | " + line;
       Say(text);
+      // The trainer's advice for a refused checkpoint names checkpoint.dir, which has no
+      // effect here: say what does, once.
+      if (trainer_ && *failed->exit_code == static_cast<int>(train::ExitCode::kCheckpointRefused) &&
+          !checkpoint_advice_given_) {
+        checkpoint_advice_given_ = true;
+        Say(fmt::format(
+            "tessera run: exit code 3: a checkpoint in {} is corrupt or from another job or "
+            "configuration; locally that directory replaces the job's checkpoint.dir, so run "
+            "without --resume to start afresh (its checkpoints are removed), or pass another "
+            "--workdir to keep them",
+            trainer_->checkpoint.dir));
+      }
       // The agent's rule (DESIGN.md §3): one rank down stops the worker's other ranks.
       for (const Rank& r : worker.ranks) {
         if (!r.exit_code)
@@ -435,7 +465,7 @@ void LocalRun::CreateWorkers(const lifecycle::CreateWorkers& create) {
       r.metrics_port = options_.metrics_port > 0 ? options_.metrics_port + static_cast<int>(r.rank)
                                                  : FreeLoopbackPort();
       r.log_path =
-          (run_dir_ / "logs" / fmt::format("worker-{}-rank-{}.log", index, local)).string();
+          (run_dir_ / "logs" / fmt::format("worker-{}-rank-{}.log", index, r.rank)).string();
       ProcessSpec spec;
       spec.env = env;
       for (auto& [key, value] : spec.env) {
@@ -612,10 +642,11 @@ void LocalRun::WriteStatusFile() {
       ranks.push_back(std::move(j));
     }
   }
-  const nlohmann::ordered_json doc = {
-      {"job", job_.metadata.name},  {"phase", std::string(lifecycle::ToString(status_.phase))},
-      {"attempt", status_.attempt}, {"restarts", status_.restarts},
-      {"runnerPid", ::getpid()},    {"ranks", ranks}};
+  const std::string phase =
+      phase_override_.empty() ? std::string(lifecycle::ToString(status_.phase)) : phase_override_;
+  const nlohmann::ordered_json doc = {{"job", job_.metadata.name},  {"phase", phase},
+                                      {"attempt", status_.attempt}, {"restarts", status_.restarts},
+                                      {"runnerPid", ::getpid()},    {"ranks", ranks}};
   const std::string text = doc.dump(2) + "\n";
   if (text != last_status_json_ && WriteFileAtomically(run_dir_ / "status.json", text))
     last_status_json_ = text;
@@ -753,6 +784,9 @@ int LocalRun::Run() {
 
   if (g_stop_signal != 0) {
     const int signal = g_stop_signal;
+    // status.json says so from now on, as the summary will; the ranks' entries show them stop.
+    phase_override_ = "Interrupted";
+    WriteStatusFile();
     Say(
         fmt::format("{}: asking every rank to checkpoint and stop (SIGTERM; SIGKILL after {} s; "
                     "press Ctrl-C again to kill now)",
@@ -902,9 +936,16 @@ int RunJob(const RunOptions& options) {
     trainer = config;
     worker_binary = options.worker_binary.empty() ? DefaultWorkerBinary() : options.worker_binary;
     if (::access(worker_binary.c_str(), X_OK) != 0) {
+      const char* env = std::getenv("TESSERA_WORKER_BINARY");
+      if (options.worker_binary.empty() && env != nullptr && *env != '\0') {
+        return BadConfig(worker_binary +
+                         " (from TESSERA_WORKER_BINARY): tessera-worker not found or not "
+                         "executable; point TESSERA_WORKER_BINARY at tessera-worker, unset it to "
+                         "use the one next to tessera, or pass --worker-binary");
+      }
       return BadConfig(worker_binary +
-                       ": tessera-worker not found or not executable; build it next to tessera "
-                       "or pass --worker-binary");
+                       ": tessera-worker not found or not executable; build it next to tessera, "
+                       "set TESSERA_WORKER_BINARY or pass --worker-binary");
     }
   }
 

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Ctrl-C: the rank checkpoints and stops, the run exits 130, nothing is left, and --resume
-# continues from that checkpoint to the end. Then the errors that stop a run before it starts.
+# Ctrl-C: the rank checkpoints and stops, the run exits 130, status.json says Interrupted,
+# nothing is left, and --resume continues from that checkpoint to the end; --resume after a
+# configuration change says what to do locally. Then the errors that stop a run before it
+# starts.
 source "$(dirname "$0")/lib.sh"
 
 ARGS=(run "$TINY" "${SMALL[@]}" --set spec.trainer.schedule.steps=200
@@ -14,6 +16,10 @@ wait "$runner" || rc=$?
 cat "$WORK/int.txt"
 [[ $rc == 130 ]] || fail "exit code $rc after SIGINT, want 130"
 assert_no_survivors "$WORK/run"
+# status.json ends as the summary does, not Running.
+[[ $(json "$WORK/run/status.json" 'j["phase"]') == Interrupted ]] ||
+  fail "status.json phase $(json "$WORK/run/status.json" 'j["phase"]') after SIGINT, want Interrupted"
+[[ $(json "$WORK/int.json" 'j["phase"]') == Interrupted ]] || fail "the summary is not Interrupted"
 # everySteps is 1000: a checkpoint below step 200 can only come from the stop request.
 ckpt=$(json "$WORK/int.json" 'j["checkpoint"]')
 [[ $ckpt =~ step-([0-9]+)$ ]] || fail "no checkpoint written on SIGINT ($ckpt)"
@@ -25,6 +31,20 @@ step=${BASH_REMATCH[1]}
 grep -q "resumed from .*step-$step" "$WORK/run/logs/worker-0-rank-0.log" ||
   fail "--resume did not continue from step-$step"
 [[ $(json "$WORK/resumed.json" 'j["steps"]') == 200 ]] || fail "the resumed run did not finish"
+assert_no_survivors "$WORK/run"
+[[ $(json "$WORK/run/status.json" 'j["phase"]') == Succeeded ]] || fail "status.json is not Succeeded"
+
+# --resume with another configuration: the rank refuses the checkpoint (exit 3) with the
+# trainer's advice about checkpoint.dir, which tessera run replaces; the runner says what works
+# here, naming its checkpoint directory.
+rc=0
+"$TESSERA" "${ARGS[@]}" --resume --set spec.trainer.optimizer.lr=0.002 \
+  --set spec.runPolicy.backoffLimit=0 >"$WORK/changed.txt" 2>&1 || rc=$?
+cat "$WORK/changed.txt"
+[[ $rc == 1 ]] || fail "resume after a configuration change: exit code $rc, want 1"
+grep -q "exited with code 3" "$WORK/changed.txt" || fail "the rank did not refuse the checkpoint"
+[[ $(grep -c "^tessera run: exit code 3: a checkpoint in $WORK/run/checkpoints is corrupt or from another job or configuration; .* run without --resume .* or pass another --workdir" "$WORK/changed.txt") == 1 ]] ||
+  fail "no single line of local advice naming $WORK/run/checkpoints"
 assert_no_survivors "$WORK/run"
 
 # An invalid file: the `tessera validate` lines, exit 2, nothing started.
@@ -53,7 +73,7 @@ diff "$WORK/validate.txt" "$WORK/bad-stripped.txt" || fail "messages differ from
   { cat "$WORK/pipeline.txt"; fail "the pipeline-parallel run failed"; }
 [[ $(json "$WORK/pipeline.json" 'j["steps"]') == 20 ]] || fail "the pipeline run did not finish"
 grep -q "mesh data=1,pipeline=2,tensor=1: rank 1 is data 0 pipeline 1" \
-  "$WORK/pipeline/logs/worker-1-rank-0.log" || fail "rank 1 is not the second stage"
+  "$WORK/pipeline/logs/worker-1-rank-1.log" || fail "rank 1 is not the second stage"
 
 # More stages than blocks: refused before anything starts, naming the field.
 rc=0
@@ -111,6 +131,27 @@ cat "$WORK/summary.txt"
 grep -q "^tessera run: --summary-json $WORK/no-such-dir/summary.json: the directory $WORK/no-such-dir does not exist" \
   "$WORK/summary.txt" || fail "the option and directory are not named"
 [[ ! -e $WORK/summary ]] || fail "a refused job created its run directory"
+
+# A tessera-worker that is not there: the line names where the path came from.
+rc=0
+TESSERA_WORKER_BINARY=$WORK/no-such-worker "$TESSERA" run "$TINY" --workdir "$WORK/noworker" \
+  >"$WORK/noworker.txt" 2>&1 || rc=$?
+cat "$WORK/noworker.txt"
+[[ $rc == 2 && $(wc -l <"$WORK/noworker.txt") == 1 ]] || fail "missing worker: exit $rc, want 2 and one line"
+grep -q "^tessera run: $WORK/no-such-worker (from TESSERA_WORKER_BINARY): tessera-worker not found" \
+  "$WORK/noworker.txt" || fail "the variable is not named"
+"$TESSERA" run --help | grep -q -- '--worker-binary.*default: \$TESSERA_WORKER_BINARY, else' ||
+  fail "tessera run --help does not name TESSERA_WORKER_BINARY"
+
+# The pod's agent runs the built-in trainer (--config) or your own command, not both: giving
+# both is refused in one line instead of silently ignoring --config.
+rc=0
+"$(dirname "$TESSERA")/tessera-worker" agent --config "$WORK/t.yaml" -- sh -c 'exit 0' \
+  >"$WORK/agent.txt" 2>&1 || rc=$?
+cat "$WORK/agent.txt"
+[[ $rc == 2 && $(wc -l <"$WORK/agent.txt") == 1 ]] || fail "agent --config with a command: exit $rc, want 2 and one line"
+grep -q -- "--config $WORK/t.yaml and a command after -- (sh) both given; choose one" \
+  "$WORK/agent.txt" || fail "the agent's line does not name both"
 
 rc=0
 "$TESSERA" run "$WORK/does-not-exist.yaml" >"$WORK/missing.txt" 2>&1 || rc=$?
