@@ -11,11 +11,14 @@
 #include <cctype>
 #include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -52,11 +55,6 @@ bool IsDecimalInteger(std::string_view s) {
   return AllOf(WithoutSign(s), isdigit);
 }
 
-// 0x[0-9a-fA-F]+
-bool IsHexInteger(std::string_view s) {
-  return s.starts_with("0x") && AllOf(s.substr(2), isxdigit);
-}
-
 // [-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?
 bool IsFloat(std::string_view s) {
   s = WithoutSign(s);
@@ -72,7 +70,50 @@ bool IsFloat(std::string_view s) {
                        : AllOf(whole, isdigit) && (fraction.empty() || AllOf(fraction, isdigit));
 }
 
-// A plain (unquoted, untagged) scalar, typed as YAML 1.1 does (sigs.k8s.io/yaml in kubectl).
+// Go's strconv.ParseInt(s, 0, 64), which go-yaml v2 applies to a plain scalar that starts with
+// a digit or a sign: an optional sign, then 0x/0X hex, 0b/0B binary, 0o/0O octal, a leading 0
+// octal (YAML 1.1: 010 is 8), or decimal. std::nullopt when it is not such an integer or is out
+// of int64's range.
+std::optional<int64_t> GoParseInt(std::string_view s) {
+  const bool negative = !s.empty() && s[0] == '-';
+  std::string_view digits = WithoutSign(s);
+  int base = 10;
+  if (digits.size() > 1 && digits[0] == '0') {
+    const char prefix = static_cast<char>(std::tolower(static_cast<unsigned char>(digits[1])));
+    base = prefix == 'x' ? 16 : prefix == 'b' ? 2 : prefix == 'o' ? 8 : 0;
+    digits.remove_prefix(base == 0 ? 1 : 2);
+    if (base == 0)
+      base = 8;
+  }
+  if (digits.empty())
+    return std::nullopt;
+  uint64_t magnitude = 0;
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), magnitude, base);
+  if (ec != std::errc() || end != digits.data() + digits.size())
+    return std::nullopt;
+  constexpr uint64_t kMax = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+  if (magnitude > kMax + (negative ? 1 : 0))
+    return std::nullopt;
+  if (negative)
+    return magnitude == kMax + 1 ? std::numeric_limits<int64_t>::min()
+                                 : -static_cast<int64_t>(magnitude);
+  return static_cast<int64_t>(magnitude);
+}
+
+// A float of a YAML file as the apiserver receives it: kubectl converts YAML to JSON with Go's
+// encoding/json, which writes an integral float below 1e21 without a fraction (2.0 as 2), so
+// such a value reaches the apiserver as an integer.
+json YamlFloat(double d) {
+  if (std::isfinite(d) && std::trunc(d) == d && std::fabs(d) < 9.2e18)
+    return static_cast<int64_t>(d);
+  return d;
+}
+
+// A plain (unquoted, untagged) scalar, typed as go-yaml v2 resolves it (YAML 1.1), the reader of
+// sigs.k8s.io/yaml in kubectl, so that a file means the same to `tessera validate` and `run` as
+// to `kubectl apply`: yes/no/on/off/y/n are booleans; a scalar starting with a digit or a sign
+// drops its underscores and is an integer in Go's notation (010 is octal 8, 0o10, 0b10, 0x10)
+// or a float; one starting with '.' is a float (.5). Anything else is a string.
 json PlainScalar(const std::string& s) {
   static const std::set<std::string> kTrue = {"true", "True", "TRUE", "yes", "Yes", "YES",
                                               "on",   "On",   "ON",   "y",   "Y"};
@@ -82,23 +123,23 @@ json PlainScalar(const std::string& s) {
     return true;
   if (kFalse.contains(s))
     return false;
-  if (IsDecimalInteger(s)) {
-    int64_t v = 0;
-    const char* begin = s.data() + (s[0] == '+' ? 1 : 0);
-    auto [end, ec] = std::from_chars(begin, s.data() + s.size(), v);
-    if (ec == std::errc() && end == s.data() + s.size())
-      return v;
-    return std::strtod(s.c_str(), nullptr);  // beyond int64: a number, which bounds refuse
+  if (s.empty())
+    return s;
+  const char first = s[0];
+  if (first == '.') {
+    // strtod, not stod: 1e999 becomes infinity (refused by the bounds) instead of throwing.
+    return IsFloat(s) ? YamlFloat(std::strtod(s.c_str(), nullptr)) : json(s);
   }
-  if (IsHexInteger(s)) {
-    int64_t v = 0;
-    auto [end, ec] = std::from_chars(s.data() + 2, s.data() + s.size(), v, 16);
-    if (ec == std::errc() && end == s.data() + s.size())
-      return v;
-  }
-  // strtod, not stod: 1e999 becomes infinity (refused by the bounds) instead of throwing.
-  if (IsFloat(s))
-    return std::strtod(s.c_str(), nullptr);
+  if (!std::isdigit(static_cast<unsigned char>(first)) && first != '-' && first != '+')
+    return s;
+  std::string plain = s;
+  std::erase(plain, '_');
+  if (const std::optional<int64_t> v = GoParseInt(plain))
+    return *v;
+  // Also a decimal beyond int64 (a number, which bounds refuse) and 09 (not octal: Go reads
+  // it as the float 9).
+  if (IsFloat(plain))
+    return YamlFloat(std::strtod(plain.c_str(), nullptr));
   return s;
 }
 
@@ -410,6 +451,15 @@ DecodeResult DecodeJson(const nlohmann::json& document) {
   ApplySchemaDefaults(j);
   bool sound = true;
   out.errors = CheckSchema(j, &sound);
+  if (!sound && j.is_object() && j.contains("status")) {
+    // A status of the wrong shape (in a job file, where the apiserver would drop it) does not
+    // keep the spec from being read: the job is decoded without it, its errors still listed.
+    json without_status = j;
+    without_status.erase("status");
+    CheckSchema(without_status, &sound);
+    if (sound)
+      j = std::move(without_status);
+  }
   if (sound)
     out.job = FromJson(j);
   return out;

@@ -36,7 +36,8 @@ FileText ReadJobFile(const std::string& path);
 
 struct DecodeResult {
   // Set when the document has the right shape (no wrong types, no unknown fields), even if it
-  // has other errors; the job then carries the schema's defaults.
+  // has other errors; the job then carries the schema's defaults. A status of the wrong shape
+  // alone is left out of the job (its errors are listed) rather than keeping the job unset.
   std::optional<TrainingJob> job;
   // Every schema error: unknown fields, wrong types, missing required fields, enums, bounds.
   std::vector<FieldError> errors;

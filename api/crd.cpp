@@ -60,6 +60,8 @@ ojson OpenApi(const FieldSchema& f) {
   }
   if (f.minimum)
     o["minimum"] = Bound(*f.minimum);
+  if (f.minimum && f.exclusive_minimum)
+    o["exclusiveMinimum"] = true;  // apiextensions v1: a boolean that qualifies `minimum`
   if (f.maximum)
     o["maximum"] = Bound(*f.maximum);
   if (f.min_length)
@@ -222,10 +224,12 @@ void Rows(const FieldSchema& f, const std::string& path, const std::vector<Locat
     }
     const FieldSchema& bounds = p.type == FieldType::kArray ? p.items.front() : p;
     const std::string each = p.type == FieldType::kArray ? "each " : "";
+    const std::string above = bounds.exclusive_minimum ? "> " : "";
     if (bounds.minimum && bounds.maximum) {
-      constraints.push_back(each + Number(*bounds.minimum) + "–" + Number(*bounds.maximum));
+      constraints.push_back(each + above + Number(*bounds.minimum) + "–" + Number(*bounds.maximum));
     } else if (bounds.minimum) {
-      constraints.push_back(each + "≥ " + Number(*bounds.minimum));
+      constraints.push_back(each + (bounds.exclusive_minimum ? "> " : "≥ ") +
+                            Number(*bounds.minimum));
     } else if (bounds.maximum) {
       constraints.push_back(each + "≤ " + Number(*bounds.maximum));
     }

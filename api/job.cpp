@@ -11,6 +11,8 @@ const std::vector<ModelPreset>& ModelPresets() {
   static const std::vector<ModelPreset> presets = {
       {"gpt2-124m", 12, 768, 12, 1024, 50257},
       {"gpt2-350m", 24, 1024, 16, 1024, 50257},
+      {"gpt2-774m", 36, 1280, 20, 1024, 50257},
+      {"gpt2-1558m", 48, 1600, 25, 1024, 50257},
   };
   return presets;
 }

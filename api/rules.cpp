@@ -268,6 +268,41 @@ std::vector<CrossFieldRule> SpecRules() {
         return "";
       },
   });
+  // The GPU model (bf16) is data-parallel with a whole AdamW state per rank
+  // (worker/train/config.cpp, the end of ValidateTrainerConfig).
+  const std::string bf16_cel =
+      "has(self.trainer) && has(self.trainer.precision) && self.trainer.precision == 'bf16'";
+  rules.push_back({
+      .id = "bf16-data-parallel-only",
+      .cel = "!(" + bf16_cel + ") || (" + kPipeCel + " == 1 && " + kTensorCel + " == 1)",
+      .message = "bf16 (the GPU model) runs data parallelism only: set spec.parallelism.pipeline "
+                 "and tensor to 1, or use precision fp32",
+      .field_path = ".trainer.precision",
+      .summary = "`trainer.precision: bf16` needs `parallelism.pipeline` and `tensor` 1",
+      .check = [](const TrainingJob& job) -> std::optional<std::string> {
+        const auto& p = job.spec.parallelism;
+        if (!job.spec.trainer || job.spec.trainer->precision != "bf16" ||
+            (p.pipeline == 1 && p.tensor == 1)) {
+          return std::nullopt;
+        }
+        return "pipeline " + to_string(p.pipeline) + " x tensor " + to_string(p.tensor);
+      },
+  });
+  rules.push_back({
+      .id = "bf16-zero-stage-0",
+      .cel = "!(" + bf16_cel + ") || self.parallelism.zeroStage == 0",
+      .message = "zeroStage 1 is not available with precision bf16 (the GPU optimizer is not "
+                 "sharded): set zeroStage to 0, or use precision fp32",
+      .field_path = ".parallelism.zeroStage",
+      .summary = "`trainer.precision: bf16` needs `parallelism.zeroStage` 0",
+      .check = [](const TrainingJob& job) -> std::optional<std::string> {
+        if (!job.spec.trainer || job.spec.trainer->precision != "bf16" ||
+            job.spec.parallelism.zero_stage == 0) {
+          return std::nullopt;
+        }
+        return "got " + to_string(job.spec.parallelism.zero_stage);
+      },
+  });
 
   rules.push_back({
       .id = "one-rank-per-gpu",

@@ -39,6 +39,12 @@ class Def {
     f_.minimum = v;
     return *this;
   }
+  // Values above `v` only (OpenAPI `exclusiveMinimum: true` next to `minimum`).
+  Def& ExclusiveMin(double v) {
+    f_.minimum = v;
+    f_.exclusive_minimum = true;
+    return *this;
+  }
   Def& Max(double v) {
     f_.maximum = v;
     return *this;
@@ -116,17 +122,25 @@ constexpr int64_t kMaxMessage = 32768;
 
 FieldSchema ModelDef() {
   std::vector<json> presets;
-  for (const auto& p : ModelPresets())
+  std::string shapes;  // "gpt2-124m (12 layers, ...), ... or gpt2-1558m (...)"
+  const auto& all = ModelPresets();
+  for (size_t i = 0; i < all.size(); ++i) {
+    const ModelPreset& p = all[i];
     presets.push_back(p.name);
+    shapes += std::string(i == 0                ? ""
+                          : i + 1 == all.size() ? " or "
+                                                : ", ") +
+              p.name + " (" + std::to_string(p.layers) + " layers, dModel " +
+              std::to_string(p.d_model) + ", " + std::to_string(p.heads) + " heads, seqLen " +
+              std::to_string(p.seq_len) + ", vocab " + std::to_string(p.vocab) + ")";
+  }
   return Def("model", T::kObject,
              "The GPT model shape: a preset, or layers, dModel, heads and seqLen. Fields given "
              "next to a preset override it.")
       .Required()
       .Props({
           Def("preset", T::kString,
-              "A named shape that fills the fields not given: gpt2-124m (12 layers, dModel 768, "
-              "12 heads, seqLen 1024, vocab 50257) or gpt2-350m (24 layers, dModel 1024, 16 "
-              "heads, seqLen 1024, vocab 50257).")
+              "A named shape that fills the fields not given: " + shapes + ".")
               .Enum(presets),
           Def("layers", T::kInteger, "Transformer blocks.").Min(1).Max(1024).Computed("preset"),
           Def("dModel", T::kInteger, "Width of the residual stream (embedding size).")
@@ -171,7 +185,7 @@ FieldSchema TrainerDef() {
                   Def("validationFraction", T::kNumber,
                       "Fraction of the file, taken from its end, held out for validation loss.")
                       .Default(0.1)
-                      .Min(0)
+                      .ExclusiveMin(0)
                       .Max(0.5),
               }),
           Def("batch", T::kObject, "Batch size.")
@@ -187,7 +201,10 @@ FieldSchema TrainerDef() {
           Def("optimizer", T::kObject, "AdamW hyperparameters.")
               .Default(json::object())
               .Props({
-                  Def("lr", T::kNumber, "Peak learning rate.").Default(3.0e-4).Min(0).Max(10),
+                  Def("lr", T::kNumber, "Peak learning rate.")
+                      .Default(3.0e-4)
+                      .ExclusiveMin(0)
+                      .Max(10),
                   Def("weightDecay", T::kNumber, "Decoupled weight decay (AdamW).")
                       .Default(0.1)
                       .Min(0)
@@ -208,7 +225,8 @@ FieldSchema TrainerDef() {
               .Props({
                   Def("steps", T::kInteger, "Optimizer steps to train.").Required().Min(1).Max(1e9),
                   Def("warmupSteps", T::kInteger,
-                      "Steps of linear warm-up from 0 to lr; at most steps.")
+                      "Steps of linear warm-up: step s (from 0) uses lr × (s+1) / warmupSteps, "
+                      "so the first step already trains; at most steps.")
                       .Default(0)
                       .Min(0)
                       .Max(1e9),
@@ -495,18 +513,24 @@ FieldSchema StatusDef() {
 }
 
 FieldSchema BuildSchema() {
+  auto time = [](std::string name, std::string description) {
+    return Def(std::move(name), T::kString, std::move(description)).Format("date-time");
+  };
   return Def("", T::kObject, "TrainingJob runs a gang of worker pods that train a model.")
       .Props({
           Def("apiVersion", T::kString, "tessera.dev/v1alpha1.").Required().Enum({kApiVersion}),
           Def("kind", T::kString, "TrainingJob.").Required().Enum({kKind}),
+          // The CRD shows only metadata.name (the apiserver allows no other constraint on root
+          // metadata); the fields below it, after name, are ObjectMeta's, so that the offline
+          // check refuses an unknown field of metadata as the apiserver's strict decoding does.
           Def("metadata", T::kObject, "Standard object metadata.")
               .Required()
-              .PreserveUnknown()
               .ServerOpen()
               .Props({
                   Def("name", T::kString,
                       "Job name: a DNS label starting with a letter, short enough that every "
-                      "pod hostname <name>-worker-<i> fits 63 characters.")
+                      "pod hostname <name>-worker-<i> fits 63 characters. kubectl create also "
+                      "takes generateName instead; tessera validate and run need a name.")
                       .Required()
                       .Length(1, 54)
                       .Pattern("^[a-z]([-a-z0-9]*[a-z0-9])?$"),
@@ -515,6 +539,20 @@ FieldSchema BuildSchema() {
                   Def("generation", T::kInteger, "Set by the apiserver."),
                   Def("labels", T::kStringMap, "Labels."),
                   Def("annotations", T::kStringMap, "Annotations."),
+                  Def("generateName", T::kString,
+                      "Prefix of a name the apiserver generates (kubectl create); tessera "
+                      "validate and run need a name."),
+                  Def("resourceVersion", T::kString, "Set by the apiserver."),
+                  Def("selfLink", T::kString, "Set by the apiserver (deprecated)."),
+                  time("creationTimestamp", "Set by the apiserver."),
+                  time("deletionTimestamp", "Set by the apiserver."),
+                  Def("deletionGracePeriodSeconds", T::kInteger, "Set by the apiserver."),
+                  Def("finalizers", T::kArray, "Finalizers.")
+                      .Items(Def("", T::kString, "A finalizer name.")),
+                  Def("ownerReferences", T::kArray, "Owners of the job.")
+                      .Items(Def("", T::kObject, "An owner reference.").PreserveUnknown()),
+                  Def("managedFields", T::kArray, "Set by the apiserver (server-side apply).")
+                      .Items(Def("", T::kObject, "A managed-fields entry.").PreserveUnknown()),
               }),
           SpecDef(),
           StatusDef(),
@@ -616,7 +654,9 @@ struct Checker {
     }
     if (v.is_number()) {
       const double d = v.get<double>();
-      if (f.minimum && d < *f.minimum) {
+      if (f.minimum && f.exclusive_minimum && d <= *f.minimum) {
+        Add(path, "must be > " + FormatNumber(*f.minimum) + " (got " + v.dump() + ")");
+      } else if (f.minimum && d < *f.minimum) {
         Add(path, "must be >= " + FormatNumber(*f.minimum) + " (got " + v.dump() + ")");
       }
       if (f.maximum && d > *f.maximum) {

@@ -50,6 +50,7 @@ struct FieldSchema {
   std::string computed_default;  // documentation of a default ApplyDefaults computes
   std::vector<nlohmann::json> enum_values;
   std::optional<double> minimum;
+  bool exclusive_minimum = false;  // the value must be above `minimum`, not equal to it
   std::optional<double> maximum;
   std::optional<int64_t> min_length;
   std::optional<int64_t> max_length;

@@ -23,9 +23,11 @@ void ApplyDefaults(TrainingJob& job);
 // Ignores status.
 std::vector<FieldError> Validate(const TrainingJob& job);
 
-// Validates one decoded document (e.g. from ParseYaml): schema errors, then, when the document
-// has the right shape, the cross-field rules. Empty when the job is valid. This is what
-// `tessera validate` prints for each document.
+// Validates one decoded document (e.g. from ParseYaml) as the apiserver validates a create:
+// schema errors, then, when the document has the right shape, the cross-field rules. Of a
+// top-level `status` only unknown fields are refused: the apiserver's strict decoding refuses
+// them, then it drops the status of a create (status subresource) before validating.
+// Empty when the job is valid. This is what `tessera validate` prints for each document.
 std::vector<FieldError> ValidateDocument(const nlohmann::json& document);
 
 }  // namespace tessera::api

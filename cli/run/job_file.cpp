@@ -41,6 +41,10 @@ bool LoadJobFile(const std::string& command, const std::string& file,
     }
     return false;
   }
+  // A status in the file (say, from `kubectl get -o yaml`) is ignored, as the apiserver ignores
+  // it on create: the run keeps its own status (status.json, job.json).
+  if (document.is_object())
+    document.erase("status");
   api::DecodeResult decoded = api::DecodeJson(document);
   if (!decoded.job)
     return bad(file + ": not a TrainingJob");

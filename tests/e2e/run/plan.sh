@@ -77,7 +77,8 @@ expect_error() {  # expect_error PATTERN ARGS...
   [[ ! -s $WORK/out ]] || fail "tessera plan $*: printed a plan anyway"
 }
 expect_error "precision: bf16 (the GPU model) runs data parallelism only" \
-  manifests/examples/hybrid-3d.yaml
+  manifests/examples/hybrid-3d.yaml --set spec.gpusPerWorker=8 --set spec.trainer.precision=bf16 \
+  --set spec.parallelism.zeroStage=0
 expect_error "spec.trainer.batch.global: must be divisible by data x microBatches" "$HYBRID" \
   --set spec.parallelism.microBatches=3
 expect_error "--output yaml: use text or json" "$HYBRID" -o yaml

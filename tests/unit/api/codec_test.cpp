@@ -126,6 +126,78 @@ TEST(Codec, ScalarTyping) {
   }
 }
 
+// kubectl reads YAML with sigs.k8s.io/yaml (go-yaml v2, YAML 1.1) and sends the apiserver JSON
+// written by Go's encoding/json; each row was checked with `kubectl create --dry-run=server -o
+// json` against kube-apiserver 1.35, so a file means the same thing here as there.
+TEST(Codec, PlainScalarsMeanWhatTheyMeanToKubectl) {
+  struct {
+    const char* scalar;
+    json want;
+  } cases[] = {
+      // Go's integer notation after dropping underscores; a leading 0 is octal (YAML 1.1).
+      {"010", 8},
+      {"0o10", 8},
+      {"0O10", 8},
+      {"0b10", 2},
+      {"0B10", 2},
+      {"0X10", 16},
+      {"+0x10", 16},
+      {"-0x10", -16},
+      {"0x_1_0", 16},
+      {"1_0", 10},
+      {"1__0", 10},
+      {"0_7", 7},
+      {"+7", 7},
+      {"-0b11", -3},
+      // Not octal: Go reads them as floats, which JSON writes as integers.
+      {"08", 8},
+      {"09", 9},
+      // Integral floats reach the apiserver as integers; others stay numbers.
+      {"2.0", 2},
+      {"2e0", 2},
+      {"1e3", 1000},
+      {"5.", 5},
+      {"2.5", 2.5},
+      {".5", 0.5},
+      {"0_0.5", 0.5},
+      // YAML 1.1 booleans, every spelling.
+      {"y", true},
+      {"Y", true},
+      {"yes", true},
+      {"Yes", true},
+      {"YES", true},
+      {"on", true},
+      {"On", true},
+      {"ON", true},
+      {"True", true},
+      {"n", false},
+      {"N", false},
+      {"no", false},
+      {"No", false},
+      {"NO", false},
+      {"off", false},
+      {"Off", false},
+      {"OFF", false},
+      {"FALSE", false},
+      // Strings.
+      {"yES", "yES"},
+      {"0x", "0x"},
+      {"0b", "0b"},
+      {"0o", "0o"},
+      {"0b12", "0b12"},
+      {"1_a", "1_a"},
+      {"_1", "_1"},
+  };
+  for (const auto& c : cases) {
+    ParsedYaml p = ParseYaml(std::string("a: ") + c.scalar);
+    ASSERT_TRUE(p.ok()) << c.scalar << ": " << p.error;
+    ASSERT_EQ(p.documents.size(), 1u);
+    const json& got = p.documents[0]["a"];
+    EXPECT_EQ(got, c.want) << c.scalar;
+    EXPECT_EQ(got.type(), c.want.type()) << c.scalar << " is " << got.dump();
+  }
+}
+
 TEST(Codec, SyntaxErrorsNameTheLine) {
   struct {
     const char* yaml;
