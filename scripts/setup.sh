@@ -4,7 +4,8 @@
 #   2. a CUDA 13 toolkit with cuBLAS and NCCL from NVIDIA's PyPI wheels in .deps/cuda,
 #      unless the machine has a CUDA toolkit already (TESSERA_CUDA=OFF skips it);
 #   3. the local Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager,
-#      kube-scheduler, kubectl, kwok, helm) built from pinned Go modules into .deps/bin.
+#      kube-scheduler, kubectl, kwok, helm) built from pinned Go modules into .deps/bin, with
+#      the go found (GO_MIN or newer) or else a pinned Go toolchain from the module proxy.
 # Idempotent: each piece is redone only when its pin changes. Downloads and builds are kept
 # in a per-user cache ($TESSERA_CACHE, default ~/.cache/tessera) so a fresh clone on the
 # same machine links to them instead of building again.
@@ -28,7 +29,7 @@ APT_PACKAGES=(
   build-essential cmake ninja-build pkg-config git clang clang-format libclang-rt-14-dev libomp-14-dev
   libcpprest-dev libssl-dev nlohmann-json3-dev libyaml-cpp-dev prometheus-cpp-dev libgloo-dev
   libopenblas-dev libcli11-dev libspdlog-dev libfmt-dev libgtest-dev libgmock-dev
-  libbenchmark-dev prometheus python3 python3-torch python3-numpy curl jq openssl iproute2 procps
+  libbenchmark-dev prometheus python3 python3-pip python3-torch python3-numpy curl jq openssl iproute2 procps
   util-linux
 )
 missing=()
@@ -98,7 +99,45 @@ fi
 # ---------------------------------------------------------------------------------------
 # 3. The control plane from pinned Go modules
 if ! command -v go >/dev/null && [ -x /usr/local/go/bin/go ]; then export PATH=/usr/local/go/bin:$PATH; fi
-command -v go >/dev/null || die "Go 1.25 or newer is needed to build the local control plane (tests/cluster/tools)"
+# go_at_least GO: whether that go is GO_MIN or newer (without fetching another toolchain).
+go_at_least() {
+  local v
+  v=$(GOTOOLCHAIN=local "$1" env GOVERSION 2>/dev/null) || return 1
+  v=${v#go}
+  [ "$(printf '%s\n%s\n' "$GO_MIN" "$v" | sort -V | head -1)" = "$GO_MIN" ]
+}
+if ! { command -v go >/dev/null && go_at_least go; }; then
+  # No Go, or an older one (Debian 12's is 1.19): the pinned toolchain from the module proxy.
+  [ "$(uname -m)" = x86_64 ] || die "Go $GO_MIN or newer is needed to build the local control plane (tests/cluster/tools); install it (this script fetches one only for x86_64)"
+  goroot=$CACHE/go-$GO_TOOLCHAIN
+  if [ ! -f "$goroot/.complete" ]; then
+    module=golang.org/toolchain@v0.0.1-go$GO_TOOLCHAIN.linux-amd64
+    proxy=${GOPROXY:-https://proxy.golang.org}
+    proxy=${proxy%%[,|]*}
+    case "$proxy" in http*) ;; *) proxy=https://proxy.golang.org ;; esac
+    log "fetching Go $GO_TOOLCHAIN from $proxy"
+    rm -rf "$goroot.tmp" && mkdir -p "$goroot.tmp"
+    curl -fsSL --retry 3 -o "$goroot.tmp/go.zip" "$proxy/golang.org/toolchain/@v/v0.0.1-go$GO_TOOLCHAIN.linux-amd64.zip"
+    echo "$GO_TOOLCHAIN_SHA256_AMD64  $goroot.tmp/go.zip" | sha256sum -c --quiet - ||
+      die "the Go toolchain from $proxy does not have the sha256 pinned in scripts/versions.env"
+    # Python's zipfile keeps no permissions; restore them from the archive's attributes.
+    python3 - "$goroot.tmp" "$goroot.tmp/go.zip" <<'PY'
+import os, sys, zipfile
+dest, archive = sys.argv[1], sys.argv[2]
+with zipfile.ZipFile(archive) as z:
+    for info in z.infolist():
+        path = z.extract(info, dest)
+        mode = (info.external_attr >> 16) & 0o777
+        if mode:
+            os.chmod(path, mode)
+PY
+    rm -rf "$goroot" && mv "$goroot.tmp/$module" "$goroot" && rm -rf "$goroot.tmp"
+    touch "$goroot/.complete"
+  fi
+  export PATH=$goroot/bin:$PATH GOROOT=$goroot
+  go_at_least go || die "$goroot/bin/go does not run"
+fi
+log "Go: $(command -v go) ($(GOTOOLCHAIN=local go env GOVERSION))"
 export CGO_ENABLED=0 GOFLAGS=-mod=mod
 
 # build_tool DIR LDFLAGS PACKAGE...: builds the packages of helper module DIR into the cache,
