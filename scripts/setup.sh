@@ -22,6 +22,21 @@ log() { printf '[setup %(%H:%M:%S)T] %s\n' -1 "$*"; }
 die() { printf 'setup: %s\n' "$*" >&2; exit 1; }
 hash_of() { cat "$@" | sha256sum | cut -c1-16; }
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+# unzip_into DEST ZIP...: unpacks the archives (wheels, Go's toolchain module) into DEST with
+# their files' modes (Python's zipfile, since Debian's unzip may be missing, keeps none itself).
+unzip_into() {
+  python3 - "$@" <<'PY'
+import os, sys, zipfile
+dest = sys.argv[1]
+for archive in sys.argv[2:]:
+    with zipfile.ZipFile(archive) as z:
+        for info in z.infolist():
+            path = z.extract(info, dest)
+            mode = (info.external_attr >> 16) & 0o777
+            if mode:
+                os.chmod(path, mode)
+PY
+}
 
 # ---------------------------------------------------------------------------------------
 # 1. Debian packages
@@ -67,18 +82,7 @@ else
       [ -f "$file" ] || die "wheel for $spec not found after download"
       wheels+=("$file")
     done
-    # Python's zipfile keeps no permissions; restore them from the archive's attributes.
-    python3 - "$prefix.tmp/unpacked" "${wheels[@]}" <<'PY'
-import os, sys, zipfile
-dest = sys.argv[1]
-for wheel in sys.argv[2:]:
-    with zipfile.ZipFile(wheel) as z:
-        for info in z.infolist():
-            path = z.extract(info, dest)
-            mode = (info.external_attr >> 16) & 0o777
-            if mode:
-                os.chmod(path, mode)
-PY
+    unzip_into "$prefix.tmp/unpacked" "${wheels[@]}"
     # Arrange as a toolkit: nvidia/cu13 is already bin/ include/ lib/ nvvm/; add NCCL and
     # the unversioned library names CMake's CUDAToolkit looks for.
     mv "$prefix.tmp/unpacked/nvidia/cu13" "$prefix.tmp/root"
@@ -120,17 +124,7 @@ if ! { command -v go >/dev/null && go_at_least go; }; then
     curl -fsSL --retry 3 -o "$goroot.tmp/go.zip" "$proxy/golang.org/toolchain/@v/v0.0.1-go$GO_TOOLCHAIN.linux-amd64.zip"
     echo "$GO_TOOLCHAIN_SHA256_AMD64  $goroot.tmp/go.zip" | sha256sum -c --quiet - ||
       die "the Go toolchain from $proxy does not have the sha256 pinned in scripts/versions.env"
-    # Python's zipfile keeps no permissions; restore them from the archive's attributes.
-    python3 - "$goroot.tmp" "$goroot.tmp/go.zip" <<'PY'
-import os, sys, zipfile
-dest, archive = sys.argv[1], sys.argv[2]
-with zipfile.ZipFile(archive) as z:
-    for info in z.infolist():
-        path = z.extract(info, dest)
-        mode = (info.external_attr >> 16) & 0o777
-        if mode:
-            os.chmod(path, mode)
-PY
+    unzip_into "$goroot.tmp" "$goroot.tmp/go.zip"
     rm -rf "$goroot" && mv "$goroot.tmp/$module" "$goroot" && rm -rf "$goroot.tmp"
     touch "$goroot/.complete"
   fi
