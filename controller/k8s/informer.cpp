@@ -72,6 +72,7 @@ void Informer::Start() {
       Replace(std::move(items), rv);
     };
     sink.event = [this](const WatchEvent& event) { Apply(event); };
+    sink.error = options_.on_error;
     Reflector reflector(client_, ref_, ro, sink);
     reflector.Run(stop_);
   });

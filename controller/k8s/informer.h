@@ -58,6 +58,9 @@ struct InformerOptions {
   // transform sees only the fields the filter kept (which must include metadata.name,
   // namespace and resourceVersion, and whatever the indexes read).
   std::function<void(Json& object)> transform = StripManagedFields;
+  // Each failed list or watch (ReflectorSink::error), on the informer's thread; it retries by
+  // itself. Until a list succeeds HasSynced stays false, so this is where to say why.
+  std::function<void(const ApiError& error, bool relist)> on_error;
 };
 
 // Thread-safe: readers (Get, List, ByIndex, HasSynced) may be called from any thread while

@@ -76,6 +76,24 @@ k8s::ResourceRef TrainingJobs(std::string ns) {
   return {api::kGroup, api::kVersion, "trainingjobs", std::move(ns), ""};
 }
 
+std::string DescribeInformerFailure(const std::string& resource, const k8s::ApiError& error,
+                                    bool relist) {
+  if (error.IsGone())
+    return "";
+  const std::string verb = relist ? "list" : "watch";
+  std::string line =
+      verb + " " + resource + " failed (retrying with back-off): " + error.ToString();
+  if (error.code == 404 && resource == "trainingjobs") {
+    line += ": is the TrainingJob CRD installed (manifests/crd/, or the chart with crds.enabled)?";
+  } else if (error.code == 403) {
+    line += ": may this identity list and watch " + resource +
+            "? (manifests/rbac/, or the chart's ClusterRole)";
+  } else if (error.code == 401) {
+    line += ": the API server refused the kubeconfig's credentials";
+  }
+  return line;
+}
+
 Controller::Controller(k8s::RestClient& client, EventSink& events, ControllerMetrics* metrics,
                        ProgressPoller* poller, ControllerOptions options)
     : client_(client),
@@ -93,6 +111,15 @@ Controller::Controller(k8s::RestClient& client, EventSink& events, ControllerMet
     o.reflector.on_watch_restart = [this, resource] {
       if (metrics_)
         metrics_->ObserveWatchRestart(resource);
+    };
+    // Until every list succeeds the controller is not ready (/readyz) and reconciles nothing:
+    // the log says why, each time (the back-off spaces the lines out, up to 30 s apart).
+    o.on_error = [resource](const k8s::ApiError& error, bool relist) {
+      const std::string line = DescribeInformerFailure(resource, error, relist);
+      if (line.empty())
+        spdlog::debug("watch {}: resourceVersion expired; listing again", resource);
+      else
+        spdlog::warn("{}", line);
     };
     return o;
   };

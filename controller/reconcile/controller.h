@@ -36,6 +36,13 @@ namespace tessera::reconcile {
 // The TrainingJob resource.
 k8s::ResourceRef TrainingJobs(std::string ns = "");
 
+// The line the controller logs when an informer's list (`relist`) or watch of `resource`
+// (trainingjobs, pods, nodes) fails, with what to check for the usual causes (a missing CRD, an
+// identity without the permission, refused credentials); empty for a watch whose
+// resourceVersion expired (410 Gone), after which the informer simply lists again.
+std::string DescribeInformerFailure(const std::string& resource, const k8s::ApiError& error,
+                                    bool relist);
+
 struct ControllerOptions {
   std::string namespace_;  // watch this namespace only; empty: all namespaces
   int workers = 4;         // concurrent reconciles (of different jobs)

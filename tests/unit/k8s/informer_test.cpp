@@ -6,6 +6,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <utility>
+#include <vector>
 
 #include "tests/unit/k8s/fake_apiserver.h"
 
@@ -107,6 +110,25 @@ TEST_F(K8sInformerTest, SyncsThenFollowsAddsUpdatesAndDeletes) {
   EXPECT_EQ(informer.List().size(), 1u);
   informer.Stop();
   EXPECT_EQ(server_.CountRequests("GET", "/api/v1/namespaces/ns/pods?limit="), 1u) << "one list";
+}
+
+// A list refused (no CRD, no permission) keeps the informer unsynced and retrying; each
+// failure reaches on_error, which is how the controller's log says why it is not ready.
+TEST_F(K8sInformerTest, FailedListsReachOnErrorUntilOneSucceeds) {
+  server_.FailNext("GET", 2, 403);
+  InformerOptions options = FastBackoff();
+  std::mutex mu;
+  std::vector<std::pair<int, bool>> errors;
+  options.on_error = [&](const ApiError& error, bool relist) {
+    std::lock_guard<std::mutex> lock(mu);
+    errors.emplace_back(error.code, relist);
+  };
+  Informer informer(client_, Pods("ns"), std::move(options));
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(10s));
+  informer.Stop();
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(errors, (std::vector<std::pair<int, bool>>{{403, true}, {403, true}}));
 }
 
 TEST_F(K8sInformerTest, IndexesByLabelAndOwnerFollowChanges) {

@@ -178,6 +178,32 @@ class ControllerTest : public ::testing::Test {
 // stop (Stop, on the main thread). Whatever the order, no worker outlives Stop: an unjoined
 // one would end the process in ~thread. (Under the tsan preset the old, unguarded worker list
 // was reported here as a data race.)
+// What the log says while the caches cannot fill: the usual causes are named.
+TEST(DescribeInformerFailure, NamesTheUsualCauses) {
+  EXPECT_EQ(DescribeInformerFailure("trainingjobs",
+                                    {404, "NotFound",
+                                     "the server could not find "
+                                     "the requested resource"},
+                                    true),
+            "list trainingjobs failed (retrying with back-off): 404 NotFound: the server could not "
+            "find the requested resource: is the TrainingJob CRD installed (manifests/crd/, or the "
+            "chart with crds.enabled)?");
+  const std::string forbidden =
+      DescribeInformerFailure("nodes", {403, "Forbidden", "nodes is forbidden"}, true);
+  EXPECT_NE(forbidden.find("list nodes failed"), std::string::npos) << forbidden;
+  EXPECT_NE(forbidden.find("may this identity list and watch nodes?"), std::string::npos)
+      << forbidden;
+  const std::string refused = DescribeInformerFailure("pods", {401, "Unauthorized", ""}, false);
+  EXPECT_NE(refused.find("watch pods failed"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("refused the kubeconfig's credentials"), std::string::npos) << refused;
+  const std::string redirect = DescribeInformerFailure(
+      "trainingjobs", {302, "Redirect", "the server redirected to /elsewhere"}, true);
+  EXPECT_NE(redirect.find("302 Redirect: the server redirected to /elsewhere"), std::string::npos)
+      << redirect;
+  EXPECT_EQ(DescribeInformerFailure("pods", {410, "Expired", "too old"}, false), "")
+      << "an expired watch is routine";
+}
+
 TEST_F(ControllerTest, RunWorkersRacingStopLeavesNoWorkerBehind) {
   for (int i = 0; i < 20; ++i) {
     std::thread leader([&] { controller_->RunWorkers(); });
