@@ -103,8 +103,12 @@ class Decider {
   void AcceptJob() {
     const Condition* created = FindCondition(previous_, ConditionType::kCreated);
     if (created == nullptr) {
+      // An invalid spec's worker count is not known (the policy holds a default), so it is not
+      // named; the InvalidSpec event that follows says what is wrong.
       Event(EventType::kNormal, reason::kJobCreated,
-            "accepted a job of " + std::to_string(policy_.workers) + " workers");
+            policy_.invalid_spec
+                ? std::string("accepted the job")
+                : "accepted a job of " + std::to_string(policy_.workers) + " workers");
     }
     if (created == nullptr || created->status == ConditionStatus::kTrue) {
       SetCondition(ConditionType::kCreated, true, reason::kJobCreated, "job accepted");

@@ -257,6 +257,19 @@ std::function<void(const Decision&)> ExpectFailure(Failure want) {
   };
 }
 
+// The message of the decision's event with `reason`.
+std::function<void(const Decision&)> ExpectEventMessage(std::string reason, std::string message) {
+  return [=](const Decision& d) {
+    for (const Action& a : d.actions) {
+      if (const auto* e = std::get_if<RecordEvent>(&a); e && e->reason == reason) {
+        EXPECT_EQ(e->message, message);
+        return;
+      }
+    }
+    ADD_FAILURE() << "no " << reason << " event";
+  };
+}
+
 std::function<void(const Decision&)> ExpectCounts(int64_t restarts, int64_t attempt) {
   return [=](const Decision& d) {
     EXPECT_EQ(d.status.restarts, restarts);
@@ -1006,6 +1019,26 @@ const std::vector<Case>& Cases() {
        .actions = {"event Normal JobCreated", "event Warning InvalidSpec"},
        .conditions = {"Created=True/JobCreated", "Failed=True/InvalidSpec"},
        .check = ExpectFailure({"InvalidSpec", "spec.workers must be at least 1 (got 0)", "", 0})},
+      // The policy of an invalid spec holds defaults (1 worker), which the event must not
+      // report as the job's (it read "accepted a job of 1 workers" for a 3-worker job).
+      {.name = "InvalidSpecIsAcceptedWithoutAWorkerCount",
+       .policy = With(Policy{}, [](Policy& p) { p.invalid_spec = "invalid spec: x"; }),
+       .previous = Fresh(),
+       .now = 0,
+       .phase = Phase::kFailed,
+       .actions = {"event Normal JobCreated", "event Warning InvalidSpec"},
+       .conditions = {"Created=True/JobCreated", "Failed=True/InvalidSpec"},
+       .check = ExpectEventMessage("JobCreated", "accepted the job")},
+      {.name = "ValidSpecIsAcceptedWithItsWorkerCount",
+       .policy = Four(),
+       .previous = Fresh(),
+       .now = 0,
+       .phase = Phase::kStarting,
+       .actions = {"event Normal JobCreated", "create attempt=0 [0,1,2,3]",
+                   "event Normal WorkersCreated"},
+       .conditions = {"Created=True/JobCreated"},
+       .requeue = 300,
+       .check = ExpectEventMessage("JobCreated", "accepted a job of 4 workers")},
       {.name = "NewerAttemptIsAdoptedAfterALostStatusWrite",
        .policy = Four(),
        .previous = Running(),
