@@ -28,5 +28,7 @@ inline constexpr char kResumed[] = "Resumed";
 
 // Why an attempt cannot be created yet (Created False; Observation::creation_blocked).
 inline constexpr char kPodGroupUnavailable[] = "PodGroupUnavailable";
+// The apiserver refused to create one of the attempt's objects (a ResourceQuota, a webhook).
+inline constexpr char kFailedCreate[] = "FailedCreate";
 
 }  // namespace tessera::lifecycle::reason

@@ -337,6 +337,35 @@ std::optional<std::string> Controller::EnsureCreated(const k8s::ResourceRef& ref
          created.error().ToString();
 }
 
+ReconcileOutcome Controller::WriteStatus(const std::string& key, const Json& object,
+                                         const lifecycle::Status& status,
+                                         const ProgressDetail& detail, const Json& before,
+                                         bool force, bool* gone) {
+  ReconcileOutcome out;
+  *gone = false;
+  const Json new_status = EncodeStatus(status, detail);
+  if (new_status == before && !force)
+    return out;
+  Json updated = object;
+  updated["status"] = new_status;
+  auto written = client_.UpdateStatus(
+      TrainingJobs(MetaString(object, "namespace")).Named(MetaString(object, "name")), updated);
+  if (!written.ok()) {
+    if (written.error().IsNotFound()) {
+      *gone = true;
+      return out;
+    }
+    out.result = written.error().IsConflict() ? ReconcileOutcome::Result::kConflict
+                                              : ReconcileOutcome::Result::kError;
+    out.error = "update status: " + written.error().ToString();
+    return out;
+  }
+  expectations_.ExpectStatus(key, MetaString(*written, "resourceVersion"));
+  std::lock_guard<std::mutex> lock(mu_);
+  written_[key] = Written{MetaString(object, "uid"), new_status, PrunedFieldsOf(status)};
+  return out;
+}
+
 k8s::Result<std::optional<lifecycle::Observation::Blocker>> Controller::CreationBlocker(
     const JobView& view, const lifecycle::Decision& decision) {
   const std::optional<PodGroupApi> pg = view.invalid ? std::nullopt : PodGroupApiOf(view.job);
@@ -552,6 +581,7 @@ ReconcileOutcome Controller::Reconcile(const std::string& key) {
   const lifecycle::Status& status = decision.status;
 
   std::vector<lifecycle::RecordEvent> events;
+  std::optional<std::string> create_error;  // the attempt's objects were refused
   for (const lifecycle::Action& action : decision.actions) {
     std::optional<std::string> err;
     if (const auto* del = std::get_if<lifecycle::DeleteWorkers>(&action)) {
@@ -595,6 +625,8 @@ ReconcileOutcome Controller::Reconcile(const std::string& key) {
       NoteCreateOutcome(key, object, err);
       if (!err)
         spdlog::info("{}: {}", key, lifecycle::Describe(action));
+      else
+        create_error = err;
     } else if (std::holds_alternative<lifecycle::DeleteJob>(action)) {
       k8s::DeleteOptions options;
       options.precondition_uid = uid;
@@ -607,30 +639,65 @@ ReconcileOutcome Controller::Reconcile(const std::string& key) {
     } else if (const auto* event = std::get_if<lifecycle::RecordEvent>(&action)) {
       events.push_back(*event);
     }
-    if (err) {
+    if (err && !create_error) {
       // Not persisting the status: the next attempt decides again from the previous one.
       out.result = ReconcileOutcome::Result::kError;
       out.error = *err;
       return out;
     }
+    if (create_error)
+      break;
   }
-
-  const Json new_status = EncodeStatus(status, detail);
-  if (new_status != EncodeStatus(previous, decoded.detail) || raw_status.is_null()) {
-    Json updated = object;
-    updated["status"] = new_status;
-    auto written = client_.UpdateStatus(TrainingJobs(ns).Named(name), updated);
-    if (!written.ok()) {
-      if (written.error().IsNotFound())
-        return out;  // deleted meanwhile
-      out.result = written.error().IsConflict() ? ReconcileOutcome::Result::kConflict
-                                                : ReconcileOutcome::Result::kError;
-      out.error = "update status: " + written.error().ToString();
+  if (create_error) {
+    // The attempt's objects were refused (a ResourceQuota, an admission webhook): retried with
+    // back-off, and the status says so meanwhile, as condition Created False with reason
+    // FailedCreate in phase Pending or Restarting; without it a job whose every create is
+    // refused showed no phase at all. Decided again with the creation blocked, whose status is
+    // written and whose events are recorded (JobCreated, the first time), but for its
+    // FailedCreate: NoteCreateOutcome records the one of this run of failures. Pods created
+    // before the refusal are adopted by the next decision as a newer attempt, as after a lost
+    // status write.
+    out.result = ReconcileOutcome::Result::kError;
+    out.error = *create_error;
+    observation.creation_blocked =
+        lifecycle::Observation::Blocker{lifecycle::reason::kFailedCreate, *create_error};
+    const lifecycle::Decision blocked = lifecycle::Decide(policy, previous, observation, now);
+    const bool creates =
+        std::any_of(blocked.actions.begin(), blocked.actions.end(), [](const lifecycle::Action& a) {
+          return std::holds_alternative<lifecycle::CreateWorkers>(a);
+        });
+    if (creates)
+      return out;  // not a new attempt (workers of a running one): the status stands
+    bool gone = false;
+    const ReconcileOutcome written =
+        WriteStatus(key, object, blocked.status, detail, EncodeStatus(previous, decoded.detail),
+                    raw_status.is_null(), &gone);
+    if (gone || written.result != ReconcileOutcome::Result::kSuccess) {
+      if (!gone)
+        spdlog::debug("{}: {}", key, written.error);  // the create's error is the outcome
       return out;
     }
-    expectations_.ExpectStatus(key, MetaString(*written, "resourceVersion"));
-    std::lock_guard<std::mutex> lock(mu_);
-    written_[key] = Written{uid, new_status, PrunedFieldsOf(status)};
+    for (const lifecycle::Action& action : blocked.actions) {
+      const auto* event = std::get_if<lifecycle::RecordEvent>(&action);
+      if (event && event->reason != lifecycle::reason::kFailedCreate) {
+        events_.Record(object, std::string(lifecycle::ToString(event->type)), event->reason,
+                       event->message);
+      }
+    }
+    UpdatePhaseCounts(key, std::string(lifecycle::ToString(blocked.status.phase)));
+    return out;
+  }
+
+  bool gone = false;
+  const ReconcileOutcome written =
+      WriteStatus(key, object, status, detail, EncodeStatus(previous, decoded.detail),
+                  raw_status.is_null(), &gone);
+  if (gone)
+    return out;  // deleted meanwhile
+  if (written.result != ReconcileOutcome::Result::kSuccess) {
+    out.result = written.result;
+    out.error = written.error;
+    return out;
   }
 
   if (!view.invalid) {

@@ -138,6 +138,13 @@ class Controller {
   // answer, not again until a create has succeeded; the retries are in the log.
   void NoteCreateOutcome(const std::string& key, const nlohmann::json& job,
                          const std::optional<std::string>& error);
+  // Writes `status` (with `detail`) to the job `object` through the status subresource, unless
+  // it encodes as `before` (the stored status, re-encoded) and `force` is false. The outcome:
+  // kSuccess (written or unchanged), kConflict or kError with its message in `error`; and
+  // `gone` when the job was deleted meanwhile (kSuccess: nothing to do).
+  ReconcileOutcome WriteStatus(const std::string& key, const nlohmann::json& object,
+                               const lifecycle::Status& status, const ProgressDetail& detail,
+                               const nlohmann::json& before, bool force, bool* gone);
 
   k8s::RestClient& client_;
   EventSink& events_;

@@ -287,11 +287,33 @@ TEST_F(ControllerTest, RefusedCreatesAreOneWarningEventUntilTheyWork) {
     const ReconcileOutcome out = controller_->Reconcile("ml/gpt");
     EXPECT_EQ(out.result, ReconcileOutcome::Result::kError);
     EXPECT_NE(out.error.find("403"), std::string::npos) << out.error;
+    // The refusal is written to the status: let the cache see it before deciding again.
+    ASSERT_TRUE(WaitUntil([&] {
+      const auto cached = controller_->CachedJob("ml/gpt");
+      return cached &&
+             (*cached)["metadata"]["resourceVersion"] == Job("gpt")["metadata"]["resourceVersion"];
+    }));
   }
   EXPECT_EQ(failed_creates(), 1);
   EXPECT_TRUE(Pods().empty());
+  // Meanwhile the status says why (before, a job whose creates were refused had none).
+  auto created = [&] {
+    const Json status = Job("gpt").value("status", Json::object());
+    for (const Json& c : status.value("conditions", Json::array())) {
+      if (c.value("type", "") == "Created")
+        return c.value("status", "") + "/" + c.value("reason", "") + ": " + c.value("message", "");
+    }
+    return std::string("none");
+  };
+  EXPECT_EQ(Phase("gpt"), "Pending");
+  EXPECT_EQ(created().rfind("False/FailedCreate: ", 0), 0u) << created();
+  EXPECT_NE(created().find("403"), std::string::npos) << created();
   ASSERT_TRUE(ReconcileUntil("ml/gpt", [&] { return Pods().size() == 2; }));
   EXPECT_EQ(failed_creates(), 1);
+  ASSERT_TRUE(ReconcileUntil("ml/gpt", [&] { return Phase("gpt") == "Starting"; }));
+  EXPECT_EQ(created(), "True/JobCreated: job accepted");
+  const auto reasons = events_.Reasons();
+  EXPECT_EQ(std::count(reasons.begin(), reasons.end(), "Normal/JobCreated"), 1);
 
   // The gang fails and its next attempt's creates are refused: a new warning.
   SetPodPhase("gpt-worker-0", "Failed", 1);
