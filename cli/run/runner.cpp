@@ -266,9 +266,6 @@ class LocalRun {
   int64_t last_counted_step_ = -1;
   bool bar_shown_ = false;
   bool checkpoint_advice_given_ = false;
-  // The phase status.json shows when the run did not end by the lifecycle (Interrupted);
-  // empty: the lifecycle's.
-  std::string phase_override_;
   std::string last_status_json_;
 };
 
@@ -642,8 +639,9 @@ void LocalRun::WriteStatusFile() {
       ranks.push_back(std::move(j));
     }
   }
+  // Once a stop signal came, the run ends Interrupted whatever the lifecycle's phase.
   const std::string phase =
-      phase_override_.empty() ? std::string(lifecycle::ToString(status_.phase)) : phase_override_;
+      g_stop_signal != 0 ? "Interrupted" : std::string(lifecycle::ToString(status_.phase));
   const nlohmann::ordered_json doc = {{"job", job_.metadata.name},  {"phase", phase},
                                       {"attempt", status_.attempt}, {"restarts", status_.restarts},
                                       {"runnerPid", ::getpid()},    {"ranks", ranks}};
@@ -784,8 +782,8 @@ int LocalRun::Run() {
 
   if (g_stop_signal != 0) {
     const int signal = g_stop_signal;
-    // status.json says so from now on, as the summary will; the ranks' entries show them stop.
-    phase_override_ = "Interrupted";
+    // status.json says Interrupted from now on, as the summary will; the ranks' entries show
+    // them stop.
     WriteStatusFile();
     Say(
         fmt::format("{}: asking every rank to checkpoint and stop (SIGTERM; SIGKILL after {} s; "

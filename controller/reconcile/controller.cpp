@@ -337,6 +337,15 @@ std::optional<std::string> Controller::EnsureCreated(const k8s::ResourceRef& ref
          created.error().ToString();
 }
 
+void Controller::RecordEvents(const std::string& key, const Json& job,
+                              const std::vector<lifecycle::RecordEvent>& events) {
+  for (const auto& event : events) {
+    spdlog::info("{}: {} {}: {}", key, lifecycle::ToString(event.type), event.reason,
+                 event.message);
+    events_.Record(job, std::string(lifecycle::ToString(event.type)), event.reason, event.message);
+  }
+}
+
 ReconcileOutcome Controller::WriteStatus(const std::string& key, const Json& object,
                                          const lifecycle::Status& status,
                                          const ProgressDetail& detail, const Json& before,
@@ -677,13 +686,13 @@ ReconcileOutcome Controller::Reconcile(const std::string& key) {
         spdlog::debug("{}: {}", key, written.error);  // the create's error is the outcome
       return out;
     }
+    std::vector<lifecycle::RecordEvent> blocked_events;
     for (const lifecycle::Action& action : blocked.actions) {
       const auto* event = std::get_if<lifecycle::RecordEvent>(&action);
-      if (event && event->reason != lifecycle::reason::kFailedCreate) {
-        events_.Record(object, std::string(lifecycle::ToString(event->type)), event->reason,
-                       event->message);
-      }
+      if (event && event->reason != lifecycle::reason::kFailedCreate)
+        blocked_events.push_back(*event);
     }
+    RecordEvents(key, object, blocked_events);
     UpdatePhaseCounts(key, std::string(lifecycle::ToString(blocked.status.phase)));
     return out;
   }
@@ -707,12 +716,7 @@ ReconcileOutcome Controller::Reconcile(const std::string& key) {
     }
   }
 
-  for (const auto& event : events) {
-    spdlog::info("{}: {} {}: {}", key, lifecycle::ToString(event.type), event.reason,
-                 event.message);
-    events_.Record(object, std::string(lifecycle::ToString(event.type)), event.reason,
-                   event.message);
-  }
+  RecordEvents(key, object, events);
   if (metrics_) {
     if (status.restarts > previous.restarts)
       metrics_->ObserveJobRestart();

@@ -138,6 +138,9 @@ class Controller {
   // answer, not again until a create has succeeded; the retries are in the log.
   void NoteCreateOutcome(const std::string& key, const nlohmann::json& job,
                          const std::optional<std::string>& error);
+  // Logs each event and records it on `job` (a TrainingJob object).
+  void RecordEvents(const std::string& key, const nlohmann::json& job,
+                    const std::vector<lifecycle::RecordEvent>& events);
   // Writes `status` (with `detail`) to the job `object` through the status subresource, unless
   // it encodes as `before` (the stored status, re-encoded) and `force` is false. The outcome:
   // kSuccess (written or unchanged), kConflict or kError with its message in `error`; and
