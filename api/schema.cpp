@@ -2,11 +2,13 @@
 // and value checks, and schema defaulting, with the apiserver's semantics.
 #include "api/schema.h"
 
+#include <algorithm>
 #include <cmath>
 #include <regex>
 #include <set>
 #include <sstream>
 #include <stdexcept>
+#include <string_view>
 
 #include "api/rules.h"
 
@@ -622,6 +624,77 @@ int64_t Utf8Length(const std::string& s) {
   return n;
 }
 
+// Whether kubectl and the apiserver read `s` as a time: Go's time.Parse with the RFC 3339 layout
+// (metav1.Time's decoding), including its leniencies (a one-digit hour, a comma before the
+// fraction, zone offsets up to +24:00 and minutes up to 60). Empty when it is one; otherwise
+// "malformed", or which field is out of range as Go's message says.
+std::string GoRfc3339Problem(std::string_view s) {
+  size_t at = 0;
+  auto digit = [&](size_t i) { return i < s.size() && s[i] >= '0' && s[i] <= '9'; };
+  // Go's getnum: two digits, or one where the layout's field is not zero-padded.
+  auto number = [&](bool padded, int* out) {
+    if (!digit(at))
+      return false;
+    if (!digit(at + 1)) {
+      if (padded)
+        return false;
+      *out = s[at++] - '0';
+      return true;
+    }
+    *out = (s[at] - '0') * 10 + (s[at + 1] - '0');
+    at += 2;
+    return true;
+  };
+  auto literal = [&](char c) { return at < s.size() && s[at++] == c; };
+  const char* kBad = "malformed";
+  int year = 0, month = 0, day = 0, hour = 0, minute = 0, second = 0;
+  if (s.size() < 4 || !digit(0) || !digit(1) || !digit(2) || !digit(3))
+    return kBad;
+  year = std::stoi(std::string(s.substr(0, 4)));
+  at = 4;
+  if (!literal('-') || !number(true, &month))
+    return kBad;
+  if (month < 1 || month > 12)
+    return "month out of range";
+  if (!literal('-') || !number(true, &day) || !literal('T') || !number(false, &hour))
+    return kBad;
+  if (hour > 23)
+    return "hour out of range";
+  if (!literal(':') || !number(true, &minute))
+    return kBad;
+  if (minute > 59)
+    return "minute out of range";
+  if (!literal(':') || !number(true, &second))
+    return kBad;
+  if (second > 59)
+    return "second out of range";
+  if (at + 1 < s.size() && (s[at] == '.' || s[at] == ',') && digit(at + 1)) {
+    for (at += 1; digit(at); ++at) {
+    }
+  }
+  if (at < s.size() && s[at] == 'Z') {
+    ++at;
+  } else {
+    if (s.size() - at < 6 || (s[at] != '+' && s[at] != '-') || s[at + 3] != ':')
+      return kBad;
+    ++at;  // the sign
+    int zone_hour = 0, zone_minute = 0;
+    if (!number(true, &zone_hour) || !literal(':') || !number(true, &zone_minute))
+      return kBad;
+    if (zone_hour > 24)
+      return "time zone offset hour out of range";
+    if (zone_minute > 60)
+      return "time zone offset minute out of range";
+  }
+  if (at != s.size())
+    return kBad;
+  const bool leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+  static constexpr int kDays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+  if (day < 1 || day > kDays[month - 1] + (month == 2 && leap))
+    return "day out of range";
+  return "";
+}
+
 struct Checker {
   std::vector<FieldError> errors;
   bool structural_ok = true;
@@ -679,6 +752,18 @@ struct Checker {
         Add(path, "must match " + f.pattern +
                       " (lowercase letters, digits and '-', starting "
                       "with a letter)");
+      }
+      if (f.format == "date-time") {
+        if (const std::string problem = GoRfc3339Problem(s); !problem.empty()) {
+          // A time is short; anything long is shown by its start, cut between characters.
+          size_t shown = std::min<size_t>(s.size(), 64);
+          while (shown < s.size() && shown > 0 &&
+                 (static_cast<unsigned char>(s[shown]) & 0xC0) == 0x80)
+            --shown;
+          Add(path, "must be an RFC 3339 time such as 2026-12-07T10:00:00Z (got \"" +
+                        s.substr(0, shown) + (shown < s.size() ? "...\"" : "\"") +
+                        (problem == "malformed" ? "" : ": " + problem) + ")");
+        }
       }
     }
     if (f.type == T::kStringMap) {

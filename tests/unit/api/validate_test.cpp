@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "api/codec.h"
@@ -413,6 +414,85 @@ TEST(Validate, StatusOfAFileIsNotValidated) {
     DecodeResult decoded = DecodeJson(doc);
     EXPECT_TRUE(decoded.job) << status.dump();
   }
+}
+
+// metadata.creationTimestamp and deletionTimestamp are read as kubectl reads them (Go's time.Parse
+// with the RFC 3339 layout, as metav1.Time decodes): each value below was given to
+// `kubectl create --dry-run=server` against kube-apiserver 1.35 and taken or refused as listed
+// (tests/cluster/api/metadata_times.sh repeats a sample of them against the real one).
+TEST(Validate, MetadataTimesAreReadAsKubectlReadsThem) {
+  const char* taken[] = {
+      "2026-12-07T10:00:00Z",      "2026-12-07T10:00:00.123+01:00",
+      "2026-12-07T1:00:00Z",       "2026-12-07T10:00:00,5Z",
+      "2026-12-07T10:00:00+24:00", "2026-12-07T10:00:00+01:60",
+      "2024-02-29T10:00:00Z",      "2000-02-29T10:00:00Z",
+      "0000-01-01T00:00:00Z",      "9999-12-31T23:59:59Z",
+      "2026-12-07T10:00:00-00:00", "2026-12-07T10:00:00.123456789123Z",
+  };
+  const std::pair<const char*, const char*> refused[] = {
+      {"", ""},
+      {"yesterday", ""},
+      {"2026-12-07 10:00:00Z", ""},
+      {"2026-12-07T10:00:00z", ""},
+      {"2026-12-07t10:00:00Z", ""},
+      {"2026-12-07T10:00:00", ""},
+      {"2026-12-07", ""},
+      {"2026-12-07T10:00:00.Z", ""},
+      {"2026-12-07T10:00:00,Z", ""},
+      {"2026-12-07T10:00:00+0100", ""},
+      {"2026-12-07T10:00:00+1:00", ""},
+      {"2026-12-07T10:00:00+01:0", ""},
+      {"2026-12-07T10:00:00+01:00:00", ""},
+      {"2026-12-07T10:00:00*01:00", ""},
+      {"2026-12-07T10:00:00ZZ", ""},
+      {"2026-12-07T10:00:00Z ", ""},
+      {" 2026-12-07T10:00:00Z", ""},
+      {"2026-12-07T10:0:00Z", ""},
+      {"2026-1-07T10:00:00Z", ""},
+      {"2026-12-7T10:00:00Z", ""},
+      {"-026-12-07T10:00:00Z", ""},
+      {"20261-12-07T10:00:00Z", ""},
+      {"2026-00-07T10:00:00Z", ": month out of range"},
+      {"2026-13-07T10:00:00Z", ": month out of range"},
+      {"2026-12-00T10:00:00Z", ": day out of range"},
+      {"2026-12-32T10:00:00Z", ": day out of range"},
+      {"2026-02-30T10:00:00Z", ": day out of range"},
+      {"2026-04-31T00:00:00Z", ": day out of range"},
+      {"2023-02-29T10:00:00Z", ": day out of range"},
+      {"1900-02-29T10:00:00Z", ": day out of range"},
+      {"2026-12-07T24:00:00Z", ": hour out of range"},
+      {"2026-12-07T10:60:00Z", ": minute out of range"},
+      {"2026-12-07T10:00:60Z", ": second out of range"},
+      {"2026-12-07T10:00:00+25:00", ": time zone offset hour out of range"},
+      {"2026-12-07T10:00:00+01:61", ": time zone offset minute out of range"},
+  };
+  for (const char* field : {"creationTimestamp", "deletionTimestamp"}) {
+    for (const char* time : taken) {
+      json doc = Base();
+      doc["metadata"][field] = time;
+      EXPECT_TRUE(ValidateDocument(doc).empty()) << field << ": " << time;
+    }
+    for (const auto& [time, problem] : refused) {
+      json doc = Base();
+      doc["metadata"][field] = time;
+      std::vector<std::string> lines;
+      for (const auto& e : ValidateDocument(doc))
+        lines.push_back(FormatError(e));
+      EXPECT_EQ(lines, (std::vector<std::string>{"metadata." + std::string(field) +
+                                                 ": must be an RFC 3339 time such as "
+                                                 "2026-12-07T10:00:00Z (got \"" +
+                                                 time + "\"" + problem + ")"}))
+          << field << ": " << time;
+    }
+  }
+  json doc = Base();
+  doc["metadata"]["creationTimestamp"] = std::string(100000, '9');
+  const auto errors = ValidateDocument(doc);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(FormatError(errors[0]),
+            "metadata.creationTimestamp: must be an RFC 3339 time such as "
+            "2026-12-07T10:00:00Z (got \"" +
+                std::string(64, '9') + "...\")");
 }
 
 // A name of 300,000 characters is reported in a line, not echoed whole.
