@@ -244,7 +244,6 @@ class Decider {
   // index.
   static const Worker* EarliestFailedWorker(const std::vector<const Worker*>& workers) {
     const Worker* earliest = nullptr;
-    auto lost_peer = [](const Worker* w) { return w->exit_code == kCommunicationFailedExitCode; };
     auto before = [&](const Worker* a, const Worker* b) {
       if (a->finished_at && b->finished_at && *a->finished_at != *b->finished_at) {
         return *a->finished_at < *b->finished_at;
@@ -252,8 +251,9 @@ class Decider {
       if (a->finished_at.has_value() != b->finished_at.has_value()) {
         return a->finished_at.has_value();
       }
-      if (lost_peer(a) != lost_peer(b)) {
-        return !lost_peer(a);
+      const int64_t code_a = a->exit_code.value_or(-1), code_b = b->exit_code.value_or(-1);
+      if (BlamedFirstOnATie(code_a, code_b) || BlamedFirstOnATie(code_b, code_a)) {
+        return BlamedFirstOnATie(code_a, code_b);
       }
       return a->index < b->index;
     };

@@ -122,4 +122,14 @@ std::optional<CleanPodPolicy> ParseCleanPodPolicy(std::string_view name) {
   return ValueOf(kCleanPodPolicyNames, name);
 }
 
+std::optional<size_t> FailureToBlame(std::span<const int64_t> exit_codes) {
+  std::optional<size_t> blamed;
+  for (size_t i = 0; i < exit_codes.size(); ++i) {
+    if (exit_codes[i] != 0 && (!blamed || BlamedFirstOnATie(exit_codes[i], exit_codes[*blamed]))) {
+      blamed = i;
+    }
+  }
+  return blamed;
+}
+
 }  // namespace tessera::lifecycle

@@ -4,8 +4,10 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -50,6 +52,18 @@ enum class WorkerPhase { kPending, kRunning, kSucceeded, kFailed, kUnknown };
 // docs/training.md). Usually the consequence of another worker's failure rather than its
 // cause, so among failures at the same time another exit code is blamed first.
 inline constexpr int64_t kCommunicationFailedExitCode = 6;
+
+// The tie rule for failures seen at the same time (one poll, one `finishedAt` second): whether
+// `code` is blamed before `other`, that is, any other exit code before a lost peer's. The
+// controller (among workers), the local runner and the pod agent (among ranks) order ties by
+// it, then by the lowest index.
+constexpr bool BlamedFirstOnATie(int64_t code, int64_t other) {
+  return code != kCommunicationFailedExitCode && other == kCommunicationFailedExitCode;
+}
+
+// The failure to report among exit codes seen at the same time, listed in index order: the
+// position of the first non-zero code that BlamedFirstOnATie puts first; nullopt when all are 0.
+std::optional<size_t> FailureToBlame(std::span<const int64_t> exit_codes);
 
 // One worker (a pod, or a local agent process) as the caller sees it now. At most one worker
 // per index: names are per index (`J-worker-<i>`), whatever the attempt.

@@ -19,8 +19,8 @@
 #include <utility>
 #include <vector>
 
+#include "lifecycle/job_state.h"
 #include "worker/termination_message.h"
-#include "worker/train/status.h"
 
 namespace tessera::worker {
 namespace {
@@ -158,7 +158,6 @@ int RunAgent(const AgentOptions& options) {
     kill_at = Clock::now() + options.grace;
   }
   int forwarded = 0;
-  const int lost_peer = static_cast<int>(train::ExitCode::kCommFailed);
   for (;;) {
     bool any_running = false;
     std::vector<std::pair<const Child*, int>> exited;  // in this pass, with their codes
@@ -177,15 +176,12 @@ int RunAgent(const AgentOptions& options) {
     }
     // The failure to report: exits seen in one pass came within one poll, in an unknown order,
     // and a rank that lost its peer (exit 6) is the consequence of the other's failure, not
-    // its cause (the lifecycle's rule, docs/lifecycle.md). Otherwise the lowest local rank.
-    const Child* failed = nullptr;
-    int failed_code = 0;
-    for (const auto& [c, code] : exited) {
-      if (code != 0 && (failed == nullptr || (failed_code == lost_peer && code != lost_peer))) {
-        failed = c;
-        failed_code = code;
-      }
-    }
+    // its cause (the lifecycle's tie rule, docs/lifecycle.md); then the lowest local rank.
+    std::vector<int64_t> codes;
+    for (const auto& [c, code] : exited)
+      codes.push_back(code);
+    const std::optional<size_t> blamed = lifecycle::FailureToBlame(codes);
+    const Child* failed = blamed ? exited[*blamed].first : nullptr;
     for (const auto& [c, code] : exited) {
       if (c == failed && result == 0 && g_signal == 0) {
         result = code;

@@ -168,14 +168,12 @@ struct LocalWorker {
   // peer, then the lowest rank. nullptr when none failed.
   const Rank* FirstFailure() const {
     const Rank* first = nullptr;
-    auto lost_peer = [](const Rank& r) {
-      return *r.exit_code == lifecycle::kCommunicationFailedExitCode;
-    };
     for (const Rank& r : ranks) {
       if (!r.exit_code || *r.exit_code == 0)
         continue;
       if (first == nullptr || *r.finished_at < *first->finished_at ||
-          (*r.finished_at == *first->finished_at && lost_peer(*first) && !lost_peer(r))) {
+          (*r.finished_at == *first->finished_at &&
+           lifecycle::BlamedFirstOnATie(*r.exit_code, *first->exit_code))) {
         first = &r;
       }
     }
