@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <numeric>
+#include <vector>
 
 namespace tessera::train {
 namespace {
@@ -40,6 +42,18 @@ TEST(AdamW, ZeroGradientStillDecaysMaskedWeights) {
   EXPECT_FLOAT_EQ(p[1], 2.0f);
 }
 
+// Moments start at zero, and eps is added to sqrt(v^), not under the root: for a gradient far
+// below eps the step is lr * g / (|g| + eps), a hundredth of lr here, not lr * g / sqrt(eps).
+TEST(AdamW, EpsilonBoundsTheStepOfATinyGradient) {
+  AdamW opt(1, {.beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.0f});
+  EXPECT_EQ(opt.step_count(), 0);
+  EXPECT_EQ(opt.first_moment()[0], 0.0f);
+  EXPECT_EQ(opt.second_moment()[0], 0.0f);
+  std::vector<float> p = {1.0f};
+  opt.Step(p, std::vector<float>{1e-10f}, std::vector<uint8_t>{1}, 0.1f);
+  EXPECT_NEAR(p[0], 1.0 - 0.1 * 1e-10 / (1e-10 + 1e-8), 1e-6);
+}
+
 TEST(AdamW, RestoredStateContinuesBitForBit) {
   const AdamWOptions o;
   const std::vector<uint8_t> mask = {1, 0, 1};
@@ -68,12 +82,25 @@ TEST(GradientNorm, SumOfSquaresAndClipping) {
   for (const Case& c : cases) {
     std::vector<float> v = g;
     const float factor = ClipToNorm(v, std::sqrt(SumOfSquares(v)), c.max_norm);
+    if (c.want_factor == 1.0f) {  // a no-op, exactly (the norm 5 is not above a limit of 5)
+      EXPECT_EQ(factor, 1.0f) << "max " << c.max_norm;
+      EXPECT_EQ(v, g) << "max " << c.max_norm;
+      continue;
+    }
     EXPECT_NEAR(factor, c.want_factor, 1e-6) << "max " << c.max_norm;
     EXPECT_NEAR(v[0], 3.0f * c.want_factor, 1e-6);
     EXPECT_NEAR(v[1], 4.0f * c.want_factor, 1e-6);
-    if (c.want_factor < 1.0f) {
-      EXPECT_NEAR(std::sqrt(SumOfSquares(v)), c.max_norm, 1e-5);
-    }
+    EXPECT_NEAR(std::sqrt(SumOfSquares(v)), c.max_norm, 1e-5);
+  }
+}
+
+// Every element counts, whether it falls in the blocks of four or in the tail.
+TEST(GradientNorm, SumOfSquaresCountsEveryElement) {
+  for (size_t n : {0u, 1u, 3u, 4u, 5u, 8u, 11u}) {
+    std::vector<float> values(n);
+    std::iota(values.begin(), values.end(), 1.0f);  // 1, 2, ..., n
+    const double want = static_cast<double>(n * (n + 1) * (2 * n + 1)) / 6.0;
+    EXPECT_EQ(SumOfSquares(values), want) << n << " values";
   }
 }
 

@@ -4,8 +4,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <optional>
+#include <span>
+
+#include "worker/train/digest.h"
 
 namespace tessera::train {
 namespace {
@@ -71,6 +77,82 @@ TEST_F(CheckpointTest, RoundTripKeepsMetaAndTensors) {
   EXPECT_EQ(shard.Find("adamw.v"), nullptr);
 }
 
+// Every field of meta.json comes back as written (a resume continues from all of them), and
+// the files listed are the shards Save wrote, each with its rank, whatever the caller passed.
+TEST_F(CheckpointTest, RoundTripKeepsEveryMetaFieldAndEveryShard) {
+  CheckpointMeta m = Meta(30);
+  m.world_size = 2;
+  m.data_cursor = {30, 240, 3, 777};
+  m.rng_seed = (uint64_t{1} << 63) + 5;  // past int64: meta.json holds it unsigned
+  m.rng_counter = 241;
+  m.optimizer_steps = 29;
+  m.zero_stage = 1;
+  m.loss = 2.25;
+  m.val_loss = 2.75;
+  m.created_at = "2024-05-01T12:00:00Z";
+  m.files = {{"rank-00009.bin", 9, 1, "00"}};  // stale: replaced by what Save writes
+  const std::vector<float> rank0 = {1.0f, -0.0f};
+  const std::vector<float> rank1 = {2.0f, 3.0f, 4.0f};
+  CheckpointStore store(root_.string());
+  ASSERT_TRUE(store
+                  .Save(m, {{"rank-00000.bin", {{"params", rank0}}},
+                            {"rank-00001.bin", {{"params", rank1}, {"adamw.v", rank0}}}})
+                  .ok());
+
+  CheckpointMeta got;
+  const Status st = store.ReadMeta(30, &got);
+  ASSERT_TRUE(st.ok()) << st.message();
+  EXPECT_EQ(got.format, 1);
+  EXPECT_EQ(got.step, 30);
+  EXPECT_EQ(got.world_size, 2);
+  EXPECT_EQ(got.data_cursor.step, 30);
+  EXPECT_EQ(got.data_cursor.samples_consumed, 240);
+  EXPECT_EQ(got.data_cursor.epoch, 3);
+  EXPECT_EQ(got.data_cursor.train_tokens, 777);
+  EXPECT_EQ(got.rng_seed, m.rng_seed);
+  EXPECT_EQ(got.rng_counter, 241);
+  EXPECT_EQ(got.optimizer_steps, 29);
+  EXPECT_EQ(got.zero_stage, 1);
+  EXPECT_EQ(got.loss, 2.25);
+  EXPECT_EQ(got.val_loss, std::optional<double>(2.75));
+  EXPECT_EQ(got.created_at, "2024-05-01T12:00:00Z");
+  ASSERT_EQ(got.files.size(), 2u);
+  // One ShardContents reused for every file, as a reader of several shards would.
+  const std::vector<std::vector<std::string>> want_names = {{"params"}, {"params", "adamw.v"}};
+  const std::vector<std::vector<float>> want_params = {rank0, rank1};
+  ShardContents shard;
+  for (int rank = 0; rank < 2; ++rank) {
+    const CheckpointFile& f = got.files[rank];
+    EXPECT_EQ(f.rank, rank) << f.name;
+    EXPECT_EQ(f.bytes, static_cast<int64_t>(fs::file_size(root_ / "step-30" / f.name))) << f.name;
+    ASSERT_TRUE(store.ReadShard(got, f.name, &shard).ok()) << f.name;
+    EXPECT_EQ(shard.names, want_names[rank]) << f.name;
+    ASSERT_NE(shard.Find("params"), nullptr) << f.name;
+    EXPECT_EQ(*shard.Find("params"), want_params[rank]) << f.name;
+  }
+  EXPECT_EQ(got.files[0].name, "rank-00000.bin");
+  EXPECT_EQ(got.files[1].name, "rank-00001.bin");
+
+  // A step without a validation loss reads back without one.
+  ASSERT_TRUE(SaveStep(store, 31).ok());
+  ASSERT_TRUE(store.ReadMeta(31, &got).ok());
+  EXPECT_EQ(got.val_loss, std::nullopt);
+}
+
+TEST_F(CheckpointTest, ShardNotListedInMetaIsRefused) {
+  CheckpointStore store(root_.string());
+  ASSERT_TRUE(SaveStep(store, 5).ok());
+  const fs::path extra = root_ / "step-5" / "rank-00001.bin";
+  fs::copy_file(root_ / "step-5" / "rank-00000.bin", extra);
+  CheckpointMeta meta;
+  ASSERT_TRUE(store.ReadMeta(5, &meta).ok());
+  ShardContents shard;
+  const Status st = store.ReadShard(meta, "rank-00001.bin", &shard);
+  EXPECT_EQ(st.code(), ExitCode::kCheckpointRefused);
+  EXPECT_NE(st.message().find(extra.string() + ": not listed in meta.json"), std::string::npos)
+      << st.message();
+}
+
 TEST_F(CheckpointTest, CorruptShardIsRefusedNamingTheFile) {
   CheckpointStore store(root_.string());
   ASSERT_TRUE(SaveStep(store, 10).ok());
@@ -116,8 +198,26 @@ TEST_F(CheckpointTest, DamagedMetaOrFilesAreRefused) {
          EditMeta(d, [](nlohmann::json& j) { j["worldSize"] = int64_t{1} << 40; });
        },
        "meta.json", "worldSize: 1099511627776 is not an integer in range"},
+      {"format from a newer build",
+       [](const fs::path& d) { EditMeta(d, [](nlohmann::json& j) { j["format"] = 2; }); },
+       "meta.json", "format 2 is not supported"},
+      {"negative seed",
+       [](const fs::path& d) { EditMeta(d, [](nlohmann::json& j) { j["rng"]["seed"] = -1; }); },
+       "meta.json", "seed: -1 is not an integer in range"},
+      {"samples consumed past int64",
+       [](const fs::path& d) {
+         EditMeta(d, [](nlohmann::json& j) {
+           j["dataCursor"]["samplesConsumed"] = std::numeric_limits<uint64_t>::max();
+         });
+       },
+       "meta.json", "samplesConsumed: 18446744073709551615 is not an integer in range"},
       {"shard truncated", [](const fs::path& d) { fs::resize_file(d / "rank-00000.bin", 10); },
        "rank-00000.bin", "bytes"},
+      {"shard grown",
+       [](const fs::path& d) {
+         std::ofstream(d / "rank-00000.bin", std::ios::binary | std::ios::app) << "xx";
+       },
+       "rank-00000.bin", "bytes, meta.json records"},
       {"shard removed", [](const fs::path& d) { fs::remove(d / "rank-00000.bin"); },
        "rank-00000.bin", "missing"},
   };
@@ -131,6 +231,51 @@ TEST_F(CheckpointTest, DamagedMetaOrFilesAreRefused) {
     EXPECT_EQ(st.code(), ExitCode::kCheckpointRefused) << c.name;
     EXPECT_NE(st.message().find(c.names_file), std::string::npos) << c.name << ": " << st.message();
     EXPECT_NE(st.message().find(c.says), std::string::npos) << c.name << ": " << st.message();
+  }
+}
+
+// A shard whose bytes match the size and sha256 in meta.json (a writer's bug, or a file and
+// meta.json replaced together) is still decoded defensively: refused, never read past its end.
+TEST_F(CheckpointTest, ShardMatchingItsDigestButMalformedIsRefused) {
+  auto u32 = [](uint32_t v) { return std::string(reinterpret_cast<const char*>(&v), sizeof(v)); };
+  auto u64 = [](uint64_t v) { return std::string(reinterpret_cast<const char*>(&v), sizeof(v)); };
+  const std::string magic = "TSRSHRD1";
+  struct Case {
+    const char* name;
+    std::string bytes;
+    const char* says;
+  } cases[] = {
+      {"empty tensor list is fine", magic + u32(0), ""},
+      {"bad magic", "TSRSHRD2" + u32(0), "not a Tessera shard file (bad magic)"},
+      {"header cut short", magic + "\x01", "truncated header"},
+      {"trailing bytes", magic + u32(0) + "x", "trailing bytes after the last tensor"},
+      {"name past the end", magic + u32(1) + u32(1000) + "ab", "truncated at tensor 0"},
+      {"values past the end", magic + u32(1) + u32(1) + "p" + u64(uint64_t{1} << 40) + u32(0),
+       "truncated in tensor 'p'"},
+  };
+  for (const Case& c : cases) {
+    fs::remove_all(root_);
+    CheckpointStore store(root_.string());
+    ASSERT_TRUE(SaveStep(store, 5).ok());
+    const fs::path dir = root_ / "step-5";
+    std::ofstream(dir / "rank-00000.bin", std::ios::binary | std::ios::trunc) << c.bytes;
+    EditMeta(dir, [&](nlohmann::json& j) {
+      j["files"][0]["bytes"] = c.bytes.size();
+      j["files"][0]["sha256"] = Sha256Hex(std::as_bytes(std::span(c.bytes)));
+    });
+    CheckpointMeta meta;
+    ASSERT_TRUE(store.ReadMeta(5, &meta).ok()) << c.name;
+    ShardContents shard;
+    const Status st = store.ReadShard(meta, "rank-00000.bin", &shard);
+    if (std::string(c.says).empty()) {
+      EXPECT_TRUE(st.ok()) << c.name << ": " << st.message();
+      EXPECT_TRUE(shard.names.empty()) << c.name;
+      continue;
+    }
+    EXPECT_EQ(st.code(), ExitCode::kCheckpointRefused) << c.name;
+    EXPECT_NE(st.message().find((dir / "rank-00000.bin").string() + ": " + c.says),
+              std::string::npos)
+        << c.name << ": " << st.message();
   }
 }
 
@@ -158,12 +303,57 @@ TEST_F(CheckpointTest, NewestCompleteIgnoresTemporaryDirectories) {
   EXPECT_EQ(store.NewestComplete(), 20);
 }
 
+TEST_F(CheckpointTest, OnlyStepDirectoriesAreCheckpoints) {
+  struct Case {
+    const char* dir;
+    std::optional<int64_t> step;
+  } cases[] = {
+      {"step-0", 0},
+      {"step-9", 9},
+      {"step-19", 19},
+      {"step-10000", 10000},
+      {"step-", std::nullopt},
+      {"step-9x", std::nullopt},
+      {"step--1", std::nullopt},
+      {"Step-9", std::nullopt},
+      {"step-9.tmp", std::nullopt},
+      {"step-99999999999999999999", std::nullopt},  // past int64: refused, not wrapped
+  };
+  for (const Case& c : cases) {
+    fs::remove_all(root_);
+    fs::create_directories(root_ / c.dir);
+    const CheckpointStore store(root_.string());
+    EXPECT_EQ(store.NewestComplete(), c.step) << c.dir;
+  }
+}
+
 TEST_F(CheckpointTest, ExistingStepIsNeverOverwritten) {
   CheckpointStore store(root_.string());
   ASSERT_TRUE(SaveStep(store, 10).ok());
   const Status st = SaveStep(store, 10);
   EXPECT_EQ(st.code(), ExitCode::kCheckpointRefused);
   EXPECT_NE(st.message().find("step-10"), std::string::npos);
+}
+
+// A step-<N>/ that appeared after Begin (another writer's) is not replaced by Commit.
+TEST_F(CheckpointTest, CommitNeverReplacesACheckpointThatAppearedMeanwhile) {
+  CheckpointStore store(root_.string());
+  ASSERT_TRUE(store.Begin(7).ok());
+  const std::vector<float> params = {1.0f};
+  CheckpointMeta meta = Meta(7);
+  meta.files.resize(1);
+  ASSERT_TRUE(store.WriteShard(7, 0, "rank-00000.bin", {{"params", params}}, &meta.files[0]).ok());
+  fs::create_directories(root_ / "step-7");
+  std::ofstream(root_ / "step-7" / "meta.json") << "{}";
+  const Status st = store.Commit(meta);
+  EXPECT_EQ(st.code(), ExitCode::kIoError);
+  EXPECT_NE(st.message().find((root_ / "step-7.tmp").string() + ": cannot rename to " +
+                              (root_ / "step-7").string()),
+            std::string::npos)
+      << st.message();
+  std::string kept;
+  std::getline(std::ifstream(root_ / "step-7" / "meta.json"), kept);
+  EXPECT_EQ(kept, "{}");
 }
 
 TEST_F(CheckpointTest, StaleTemporaryOfTheSameStepIsReplaced) {
@@ -179,7 +369,11 @@ TEST_F(CheckpointTest, PruneKeepsTheNewestN) {
   struct Case {
     int keep;
     std::vector<int64_t> want;
-  } cases[] = {{1, {40}}, {2, {30, 40}}, {3, {20, 30, 40}}, {10, {10, 20, 30, 40}}};
+  } cases[] = {{0, {40}},  // keep 0 still keeps the newest: the last checkpoint is never pruned
+               {1, {40}},
+               {2, {30, 40}},
+               {3, {20, 30, 40}},
+               {10, {10, 20, 30, 40}}};
   for (const Case& c : cases) {
     fs::remove_all(root_);
     CheckpointStore store(root_.string());
@@ -192,6 +386,23 @@ TEST_F(CheckpointTest, PruneKeepsTheNewestN) {
     EXPECT_FALSE(fs::exists(root_ / "step-35.tmp"));
     EXPECT_TRUE(fs::exists(root_ / "step-50.tmp"));
   }
+}
+
+// step-10000 is a checkpoint, not a temporary of step 1.
+TEST_F(CheckpointTest, PruneKeepsCheckpointsWhoseNamesEndLikeATemporary) {
+  CheckpointStore store(root_.string());
+  ASSERT_TRUE(SaveStep(store, 10000).ok());
+  ASSERT_TRUE(SaveStep(store, 20000).ok());
+  ASSERT_TRUE(store.Prune(2).ok());
+  EXPECT_EQ(store.CompleteSteps(), (std::vector<int64_t>{10000, 20000}));
+}
+
+// Before the first checkpoint completes, a temporary may be a writer at work.
+TEST_F(CheckpointTest, PruneWithoutACheckpointKeepsTemporaries) {
+  fs::create_directories(root_ / "step-5.tmp");
+  CheckpointStore store(root_.string());
+  ASSERT_TRUE(store.Prune(1).ok());
+  EXPECT_TRUE(fs::exists(root_ / "step-5.tmp"));
 }
 
 TEST(FirstJsonDifference, NamesTheFirstDifferingField) {

@@ -21,10 +21,20 @@ TEST(Memory, MeminfoAvailableCountsFreeSwap) {
 }
 
 TEST(Memory, CgroupRoomIsTheLimitLessTheUse) {
-  EXPECT_EQ(CgroupRoom("1073741824\n", "73741824\n"), 1000000000);
-  EXPECT_EQ(CgroupRoom("1000\n", "5000\n"), 0);  // over the limit already
-  EXPECT_EQ(CgroupRoom("max\n", "5000\n"), std::nullopt);
-  EXPECT_EQ(CgroupRoom("", ""), std::nullopt);  // no cgroup v2 files
+  struct Case {
+    const char* max;
+    const char* current;
+    std::optional<int64_t> want;
+  } cases[] = {
+      {"1073741824\n", "73741824\n", 1000000000},
+      {"1000\n", "5000\n", 0},  // over the limit already
+      {"max\n", "5000\n", std::nullopt},
+      {"", "", std::nullopt},            // no cgroup v2 files
+      {"1000x\n", "5\n", std::nullopt},  // a number followed by more is not a number
+      {"1000\n", "5 6\n", std::nullopt},
+  };
+  for (const Case& c : cases)
+    EXPECT_EQ(CgroupRoom(c.max, c.current), c.want) << c.max << " / " << c.current;
 }
 
 TEST(Memory, ThisMachineHasSome) {
