@@ -23,7 +23,9 @@ LivenessMonitor::~LivenessMonitor() {
     stopping_ = true;
   }
   try {
-    will_->ClearWills();
+    // Bounded: after a rank-0 failure (the store's host) a store that no longer answers must
+    // not hold this rank's exit, and so the gang's restart, for the whole store timeout.
+    will_->ClearWills(kClearWillsTimeout);
   } catch (const rendezvous::StoreError&) {
     // The store is gone already; there is nobody left to mislead.
   }

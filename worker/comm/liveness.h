@@ -27,10 +27,13 @@ struct RankLoss {
 // Thread-safe. Shared by a world group and every group split from it.
 class LivenessMonitor {
  public:
+  static constexpr std::chrono::milliseconds kClearWillsTimeout{5000};
+
   // Opens two connections like `store` (one holds the will, one waits) under key prefix
   // `prefix` and starts watching. Throws rendezvous::StoreError when the store is unreachable.
   LivenessMonitor(const rendezvous::StoreClient& store, std::string prefix, int world_rank);
-  // Withdraws the will (a clean exit is not a loss) and stops watching.
+  // Withdraws the will (a clean exit is not a loss; waiting at most kClearWillsTimeout for a
+  // store that does not answer) and stops watching.
   ~LivenessMonitor();
   LivenessMonitor(const LivenessMonitor&) = delete;
   LivenessMonitor& operator=(const LivenessMonitor&) = delete;

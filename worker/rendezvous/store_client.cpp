@@ -331,9 +331,11 @@ void StoreClient::AddWill(const std::string& key, const std::string& value) {
   Call({RequestType::kAddWill, {key}, value, std::nullopt, 0}, Clock::now() + options_.timeout);
 }
 
-void StoreClient::ClearWills() {
+void StoreClient::ClearWills(milliseconds timeout) {
   std::lock_guard<std::mutex> lock(mu_);
-  Call({RequestType::kClearWills, {}, "", std::nullopt, 0}, Clock::now() + options_.timeout);
+  if (fd_.load() < 0)
+    return;
+  Call({RequestType::kClearWills, {}, "", std::nullopt, 0}, Clock::now() + timeout);
 }
 
 void StoreBarrier(StoreClient& client, const std::string& name, int size, milliseconds timeout) {

@@ -76,7 +76,10 @@ class StoreClient {
   // Asks the server to set `key` = `value` if this connection drops without ClearWills()
   // (a crashed process), unless `key` exists by then. Used to report lost ranks.
   void AddWill(const std::string& key, const std::string& value);
-  void ClearWills();
+  // The clean goodbye: forgets this connection's wills, waiting at most `timeout` (a courtesy
+  // on the way out, which a hung store must not hold up). Nothing to do when the connection
+  // has already dropped: the server has set its wills then.
+  void ClearWills(std::chrono::milliseconds timeout);
 
   // Breaks a call blocked in another thread (it throws StoreConnectionError). After this the
   // client is unusable. Safe from any thread.

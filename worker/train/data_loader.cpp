@@ -56,12 +56,20 @@ Status TokenDataset::FromTokens(std::vector<uint16_t> tokens, const std::string&
 
 Status TokenDataset::Load(const std::string& path, const std::string& tokenizer, int vocab,
                           double validation_fraction, int seq_len, TokenDataset* out) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO nobody writes to would otherwise wait forever; it is refused below.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   struct stat st {};
-  if (fd < 0 || ::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (fd < 0 || ::fstat(fd, &st) != 0) {
     if (fd >= 0)
       ::close(fd);
     return BadConfig(fmt::format("data.path: cannot read the dataset '{}'; check the path", path));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return BadConfig(fmt::format(
+        "data.path: cannot read the dataset '{}': not a regular file (a directory, a FIFO or a "
+        "device); point it at the dataset file",
+        path));
   }
   const auto bytes = static_cast<size_t>(st.st_size);
   if (tokenizer == "byte") {

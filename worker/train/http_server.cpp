@@ -9,19 +9,50 @@
 #include <fmt/format.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 namespace tessera::train {
 namespace {
 
 constexpr size_t kMaxRequestBytes = 16 * 1024;
-constexpr int kRequestTimeoutMs = 2000;
+// How long a request may take to arrive, and then its answer to be taken, each as a whole: a
+// client trickling bytes cannot hold the one serving thread (and so every scrape, and the
+// worker's exit, which joins it) for longer.
+constexpr std::chrono::milliseconds kRequestTimeout{2000};
 
-void SendAll(int fd, const std::string& data) {
+using Clock = std::chrono::steady_clock;
+
+// Waits until `fd` is ready for `events`. False when the deadline passed first, or the server is
+// stopping (its wake pipe was written: Serve returns at its next poll).
+bool WaitReady(int fd, short events, int wake_fd, Clock::time_point deadline) {
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0)
+      return false;
+    pollfd p[2] = {{fd, events, 0}, {wake_fd, POLLIN, 0}};
+    const int ready = poll(p, 2, static_cast<int>(left));
+    if (ready < 0 && errno == EINTR)
+      continue;
+    if (ready < 0 || p[1].revents != 0)
+      return false;
+    if (p[0].revents != 0)
+      return true;
+  }
+}
+
+void SendAll(int fd, int wake_fd, const std::string& data) {
+  const Clock::time_point deadline = Clock::now() + kRequestTimeout;
   for (size_t sent = 0; sent < data.size();) {
-    const ssize_t n = send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
+    const ssize_t n = send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0 && errno == EINTR)
       continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (!WaitReady(fd, POLLOUT, wake_fd, deadline))
+        return;  // the client takes too long, or we are stopping
+      continue;
+    }
     if (n <= 0)
       return;  // the client went away; nothing to tell it
     sent += static_cast<size_t>(n);
@@ -35,19 +66,17 @@ std::string Response(int code, const char* reason, const std::string& content_ty
       code, reason, content_type, body.size(), with_body ? body : "");
 }
 
-// Reads the request head (up to the blank line) within the timeout; empty when it never came.
-std::string ReadHead(int fd) {
+// Reads the request head (up to the blank line) within kRequestTimeout; empty when it did not
+// all come in time, or the server is stopping.
+std::string ReadHead(int fd, int wake_fd) {
+  const Clock::time_point deadline = Clock::now() + kRequestTimeout;
   std::string head;
   char buf[2048];
   while (head.find("\r\n\r\n") == std::string::npos && head.size() < kMaxRequestBytes) {
-    pollfd p{fd, POLLIN, 0};
-    const int ready = poll(&p, 1, kRequestTimeoutMs);
-    if (ready < 0 && errno == EINTR)
-      continue;
-    if (ready <= 0)
+    if (!WaitReady(fd, POLLIN, wake_fd, deadline))
       return "";
-    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
-    if (n < 0 && errno == EINTR)
+    const ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK))
       continue;
     if (n <= 0)
       return "";
@@ -126,7 +155,7 @@ void HttpServer::Serve() {
 }
 
 void HttpServer::Answer(int connection) {
-  const std::string head = ReadHead(connection);
+  const std::string head = ReadHead(connection, wake_read_);
   if (head.empty())
     return;
   // "GET /metrics?x=1 HTTP/1.1"
@@ -134,22 +163,25 @@ void HttpServer::Answer(int connection) {
   const size_t path_end =
       method_end == std::string::npos ? method_end : head.find_first_of(" ?\r", method_end + 1);
   if (method_end == std::string::npos || path_end == std::string::npos) {
-    SendAll(connection, Response(400, "Bad Request", "text/plain", "bad request line\n", true));
+    SendAll(connection, wake_read_,
+            Response(400, "Bad Request", "text/plain", "bad request line\n", true));
     return;
   }
   const std::string method = head.substr(0, method_end);
   const std::string path = head.substr(method_end + 1, path_end - method_end - 1);
   if (method != "GET" && method != "HEAD") {
-    SendAll(connection, Response(405, "Method Not Allowed", "text/plain", "GET only\n", true));
+    SendAll(connection, wake_read_,
+            Response(405, "Method Not Allowed", "text/plain", "GET only\n", true));
     return;
   }
   for (const Route& route : routes_) {
     if (route.path == path) {
-      SendAll(connection, Response(200, "OK", route.content_type, route.body(), method == "GET"));
+      SendAll(connection, wake_read_,
+              Response(200, "OK", route.content_type, route.body(), method == "GET"));
       return;
     }
   }
-  SendAll(connection,
+  SendAll(connection, wake_read_,
           Response(404, "Not Found", "text/plain", "not found: " + path + "\n", method == "GET"));
 }
 

@@ -5,7 +5,8 @@
 // glibc also carves every thread's static thread-local storage, and the worker's libraries
 // reserve 77 KiB of it (OpenBLAS 60, NCCL 12, the CUDA runtime 4); its threads crashed or
 // could not be created. Scrapes are rare and small: requests are served one at a time, each
-// allowed 2 s to arrive.
+// allowed 2 s to arrive whole and 2 s for its answer to be taken, so a slow or stalled client
+// delays other scrapes by at most that, and the destructor not at all (it wakes the thread).
 #pragma once
 
 #include <functional>

@@ -1,6 +1,6 @@
 // The lost-rank monitor against an in-process store: a client dying without a goodbye is
-// reported by rank, a clean exit is not, a vanished store is reported as rank 0, and
-// Unsubscribe waits for a callback under way.
+// reported by rank, a clean exit is not, a vanished store is reported as rank 0, a store that
+// stops answering does not hold a rank's exit, and Unsubscribe waits for a callback under way.
 #include "worker/comm/liveness.h"
 
 #include <gtest/gtest.h>
@@ -94,6 +94,20 @@ TEST_F(LivenessTest, AVanishedStoreIsReportedAsRankZero) {
   ASSERT_TRUE(loss.has_value());
   EXPECT_EQ(loss->world_rank, 0);
   EXPECT_NE(loss->message.find("rank 0 lost"), std::string::npos) << loss->message;
+}
+
+// Rank 0 stopped (SIGSTOP) or wedged: its store keeps the connections open but answers nothing.
+// The monitor's goodbye is a courtesy and gives up after kClearWillsTimeout, not after the store
+// timeout (TESSERA_RDZV_TIMEOUT, 300 s by default, a minute here), so the rank exits and the
+// gang can restart.
+TEST_F(LivenessTest, AStoreThatStopsAnsweringDoesNotHoldTheExit) {
+  test::FreezableRelay relay(server_->port());
+  rendezvous::StoreClientOptions through = test::LocalStoreClient(*server_, 60s);
+  through.port = relay.port();
+  auto watcher = std::make_unique<LivenessMonitor>(rendezvous::StoreClient(through), "job/", 1);
+  relay.Freeze();
+  auto stopped = std::async(std::launch::async, [&] { watcher.reset(); });
+  EXPECT_EQ(stopped.wait_for(LivenessMonitor::kClearWillsTimeout + 10s), std::future_status::ready);
 }
 
 }  // namespace

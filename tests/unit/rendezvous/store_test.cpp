@@ -151,7 +151,7 @@ TEST_F(StoreTest, WillsApplyOnUncleanDisconnectOnly) {
   {
     auto clean = Client();
     clean->AddWill("lost/2", "2");
-    clean->ClearWills();
+    clean->ClearWills(5s);
   }
   c.reset();
   ASSERT_TRUE(server_->WaitForClientsToLeave(5s));

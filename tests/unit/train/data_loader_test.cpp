@@ -1,10 +1,19 @@
 #include "worker/train/data_loader.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <fstream>
+#include <future>
 #include <numeric>
 #include <set>
+#include <string>
+#include <vector>
 
 namespace tessera::train {
 namespace {
@@ -35,6 +44,94 @@ TEST(TokenDataset, TooSmallCorpusIsBadConfig) {
   EXPECT_NE(st.message().find("tiny"), std::string::npos);
 }
 
+TEST(TokenDataset, UnreadablePathIsBadConfigNamingIt) {
+  const std::string dir = ::testing::TempDir();  // exists, but is not a file
+  // A FIFO nobody writes to: opening it for reading the usual way would wait forever.
+  const std::string fifo = dir + "tokens-fifo-" + std::to_string(::getpid());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << fifo;
+  struct Case {
+    std::string path;
+    const char* tokenizer;
+    bool exists;
+  } cases[] = {{"no/such/tokens.u16", "uint16", false},
+               {dir, "byte", true},
+               {dir, "uint16", true},
+               {fifo, "byte", true},
+               {fifo, "uint16", true}};
+  for (const Case& c : cases) {
+    auto load = std::async(std::launch::async, [&] {
+      TokenDataset ds;
+      return TokenDataset::Load(c.path, c.tokenizer, 1000, 0.1, 8, &ds);
+    });
+    if (load.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+      ADD_FAILURE() << c.path << ": Load still waiting after 10 s";
+      // Give the blocked open a writer so that it returns and the test can end.
+      ::close(::open(c.path.c_str(), O_WRONLY | O_NONBLOCK));
+    }
+    const Status st = load.get();
+    EXPECT_EQ(st.code(), ExitCode::kBadConfig) << c.path << " " << c.tokenizer;
+    EXPECT_NE(st.message().find("data.path: cannot read the dataset '" + c.path + "'"),
+              std::string::npos)
+        << c.tokenizer << ": " << st.message();
+    EXPECT_EQ(st.message().find("not a regular file") != std::string::npos, c.exists)
+        << st.message();
+  }
+  ::unlink(fifo.c_str());
+}
+
+// Validation is the last `fraction` of the tokens, rounded down; each split must hold at least
+// 2*seqLen+1 (train) and seqLen+1 (validation) tokens.
+TEST(TokenDataset, SplitSizesAndTheSmallestCorpus) {
+  struct Case {
+    int64_t total;
+    double fraction;
+    int seq_len;
+    bool ok;
+    size_t train;
+    size_t validation;
+  } cases[] = {
+      {18, 0.5, 4, true, 9, 9},    // train exactly 2*4+1
+      {16, 0.5, 4, false, 0, 0},   // train 8, one short
+      {20, 0.25, 4, true, 15, 5},  // validation exactly 4+1
+      {20, 0.25, 5, false, 0, 0},  // validation 5, one short of 5+1
+      {21, 0.25, 4, true, 16, 5},  // 5.25 validation tokens: 5
+  };
+  for (const Case& c : cases) {
+    std::vector<uint16_t> tokens(c.total);
+    std::iota(tokens.begin(), tokens.end(), uint16_t{0});
+    TokenDataset ds;
+    const Status st = TokenDataset::FromTokens(tokens, "corpus", c.fraction, c.seq_len, &ds);
+    EXPECT_EQ(st.ok(), c.ok) << c.total << " tokens, seqLen " << c.seq_len << ": " << st.message();
+    if (!c.ok) {
+      EXPECT_EQ(st.code(), ExitCode::kBadConfig);
+      EXPECT_NE(st.message().find("corpus"), std::string::npos) << st.message();
+      continue;
+    }
+    EXPECT_EQ(ds.train().size(), c.train) << c.total << " tokens";
+    EXPECT_EQ(ds.validation().size(), c.validation) << c.total << " tokens";
+    EXPECT_EQ(ds.validation().front(), c.train) << c.total << " tokens";
+  }
+}
+
+// A text file is one id per byte, the byte's unsigned value, held as a copy.
+TEST(TokenDataset, ByteFileIdsAreTheUnsignedBytes) {
+  const std::string path = ::testing::TempDir() + "/corpus.txt";
+  std::string text;
+  for (int i = 0; i < 40; ++i)
+    text.push_back(static_cast<char>(i % 2 == 0 ? 'a' + i / 2 : 0xff - i));  // ASCII and >= 0x80
+  std::ofstream(path, std::ios::binary) << text;
+  TokenDataset ds;
+  const Status st = TokenDataset::Load(path, "byte", 256, 0.25, 4, &ds);
+  ASSERT_TRUE(st.ok()) << st.message();
+  EXPECT_FALSE(ds.mapped());
+  ASSERT_EQ(ds.train().size(), 30u);
+  ASSERT_EQ(ds.validation().size(), 10u);
+  for (size_t i = 0; i < text.size(); ++i) {
+    const uint16_t id = i < 30 ? ds.train()[i] : ds.validation()[i - 30];
+    EXPECT_EQ(id, static_cast<unsigned char>(text[i])) << "byte " << i;
+  }
+}
+
 TEST(TokenDataset, ReadsLittleEndianUint16Ids) {
   const std::string path = ::testing::TempDir() + "/tokens.u16";
   {
@@ -53,7 +150,8 @@ TEST(TokenDataset, ReadsLittleEndianUint16Ids) {
   // An id at or above the vocabulary, and an odd number of bytes, are refused.
   const Status too_big = TokenDataset::Load(path, "uint16", 350, 0.2, 8, &ds);
   EXPECT_EQ(too_big.exit_code(), 2);
-  EXPECT_NE(too_big.message().find("token 350"), std::string::npos) << too_big.message();
+  EXPECT_NE(too_big.message().find("token 350 at offset 100"), std::string::npos)
+      << too_big.message();
   std::ofstream(path, std::ios::binary | std::ios::app).put('x');
   const Status odd = TokenDataset::Load(path, "uint16", 1000, 0.2, 8, &ds);
   EXPECT_EQ(odd.exit_code(), 2);
@@ -129,6 +227,39 @@ TEST(DataLoader, EachEpochVisitsEveryWindowOnce) {
     EXPECT_EQ(s % 10, shift);  // one alignment per epoch
     EXPECT_LE(s + 10, 2699);   // the target of the last token is inside the split
   }
+}
+
+// Every epoch, not only the first, visits every window once at one alignment below seqLen
+// (so the last target stays inside the split), and epochs differ in alignment and order.
+TEST(DataLoader, EveryEpochVisitsEveryWindowOnceWithItsOwnAlignmentAndOrder) {
+  const int T = 8;
+  const TokenDataset ds = Corpus(250, 0.2, T);  // 200 train tokens -> 24 windows
+  const int G = 5;                              // steps straddle epochs
+  DataLoader loader(&ds, T, G, 11);
+  const int64_t W = loader.windows_per_epoch();
+  ASSERT_EQ(W, (200 - T) / T);
+  std::vector<int64_t> every_window(W);
+  std::iota(every_window.begin(), every_window.end(), 0);
+  const int kEpochs = 40;
+  std::set<int64_t> shifts;
+  std::set<std::vector<int64_t>> orders;
+  for (int64_t epoch = 0; epoch < kEpochs; ++epoch) {
+    const int64_t first = epoch * W;
+    const int64_t shift = loader.TrainWindowStart(first / G, static_cast<int>(first % G)) % T;
+    std::vector<int64_t> order;
+    for (int64_t g = first; g < first + W; ++g) {
+      const int64_t start = loader.TrainWindowStart(g / G, static_cast<int>(g % G));
+      EXPECT_EQ(start % T, shift) << "epoch " << epoch << " sample " << g;
+      EXPECT_LE(start + T + 1, 200) << "epoch " << epoch << " sample " << g;
+      order.push_back(start / T);
+    }
+    orders.insert(order);
+    std::sort(order.begin(), order.end());
+    EXPECT_EQ(order, every_window) << "epoch " << epoch;
+    shifts.insert(shift);
+  }
+  EXPECT_GT(shifts.size(), 1u);
+  EXPECT_EQ(orders.size(), static_cast<size_t>(kEpochs));
 }
 
 TEST(DataLoader, OrderDependsOnTheSeed) {

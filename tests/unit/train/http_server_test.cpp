@@ -9,7 +9,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <string>
+#include <thread>
 
 namespace tessera::train {
 namespace {
@@ -71,6 +73,83 @@ TEST_F(HttpServerTest, UnknownPathsMethodsAndGarbageGetErrorsAndTheServerKeepsSe
   EXPECT_EQ(Exchange(server_->port(), ""), "");
   EXPECT_EQ(Exchange(server_->port(), "GET /metrics HTTP/1.1\r\n\r\n").rfind("HTTP/1.1 200", 0),
             0u);
+}
+
+// A client that sends its request one byte at a time, slower than the server waits for a
+// whole request. Counts the bytes the server took before it closed the connection.
+class TricklingClient {
+ public:
+  explicit TricklingClient(int port) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+    connected_ = connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+    thread_ = std::thread([this] { Trickle(); });
+  }
+  ~TricklingClient() {
+    stop_ = true;
+    thread_.join();
+    close(fd_);
+  }
+  bool connected() const { return connected_; }
+  size_t sent() const { return sent_; }
+  bool closed_by_server() const { return closed_by_server_; }
+  static constexpr char kRequest[] =
+      "GET /metrics HTTP/1.1\r\nHost: a-client-that-takes-its-time\r\n\r\n";
+  static constexpr size_t kRequestBytes = sizeof(kRequest) - 1;
+
+ private:
+  void Trickle() {
+    for (size_t i = 0; connected_ && i < kRequestBytes && !stop_; ++i) {
+      // The slowness being simulated, not a wait for a condition.
+      std::this_thread::sleep_for(std::chrono::milliseconds(250));
+      char probe;
+      if (recv(fd_, &probe, 1, MSG_DONTWAIT | MSG_PEEK) == 0 ||
+          send(fd_, &kRequest[i], 1, MSG_NOSIGNAL) != 1) {
+        closed_by_server_ = true;
+        return;
+      }
+      sent_ = i + 1;
+    }
+  }
+  int fd_ = -1;
+  bool connected_ = false;
+  std::atomic<bool> stop_{false};
+  std::atomic<size_t> sent_{0};
+  std::atomic<bool> closed_by_server_{false};
+  std::thread thread_;
+};
+
+// The request deadline is for the whole request: a client trickling a byte every 250 ms (its
+// request would take about 15 s) is dropped before it finishes, and the next scrape is answered.
+TEST_F(HttpServerTest, ATricklingClientIsDroppedBeforeItsRequestIsWhole) {
+  TricklingClient slow(server_->port());
+  ASSERT_TRUE(slow.connected());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!slow.closed_by_server() && slow.sent() < TricklingClient::kRequestBytes &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(slow.closed_by_server());
+  EXPECT_LT(slow.sent(), TricklingClient::kRequestBytes);
+  EXPECT_EQ(Exchange(server_->port(), "GET /metrics HTTP/1.1\r\n\r\n").rfind("HTTP/1.1 200", 0),
+            0u);
+}
+
+// Stopping the server (the worker's exit) does not wait for a client in the middle of a request.
+TEST_F(HttpServerTest, StoppingDoesNotWaitForAClientMidRequest) {
+  TricklingClient slow(server_->port());
+  ASSERT_TRUE(slow.connected());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (slow.sent() < 2 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_GE(slow.sent(), 2u);
+  server_.reset();
+  // Had the destructor waited for the request (or for the 2 s deadline), the client would have
+  // sent several more bytes by now.
+  EXPECT_LE(slow.sent(), 3u);
 }
 
 TEST_F(HttpServerTest, ATakenPortIsAnIoErrorNamingIt) {
