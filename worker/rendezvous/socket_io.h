@@ -23,7 +23,16 @@ IoResult RecvAll(int fd, void* data, size_t n, Clock::time_point deadline);
 // "host:port" of the peer of a connected socket, for logs.
 std::string PeerAddress(int fd);
 
-// Sets TCP_NODELAY and FD_CLOEXEC; best effort.
+// TCP keepalive of store connections: a peer whose machine vanished without closing its
+// connections (power loss, a partition) is found after kKeepAliveIdleSeconds of silence plus
+// kKeepAliveCount unanswered probes kKeepAliveIntervalSeconds apart, 25 s, so the store applies
+// its will and the other ranks fail naming it, sooner than TESSERA_COMM_TIMEOUT (60 s). A live
+// kernel answers the probes, so an idle or stopped process is not mistaken for a lost one.
+inline constexpr int kKeepAliveIdleSeconds = 10;
+inline constexpr int kKeepAliveIntervalSeconds = 5;
+inline constexpr int kKeepAliveCount = 3;
+
+// Sets TCP_NODELAY, the keepalive above and FD_CLOEXEC; best effort.
 void TuneSocket(int fd);
 
 }  // namespace tessera::rendezvous::io

@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <system_error>
 
 #include "worker/rendezvous/socket_io.h"
 #include "worker/rendezvous/store_error.h"
@@ -195,6 +196,7 @@ void StoreServer::ReapFinished() {
 }
 
 void StoreServer::AcceptLoop() {
+  bool starved = false;  // the last accept ran out of descriptors or memory (logged once)
   while (!stopping_.load()) {
     pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_pipe_[0], POLLIN, 0}};
     if (::poll(fds, 2, -1) < 0) {
@@ -208,8 +210,19 @@ void StoreServer::AcceptLoop() {
     if ((fds[0].revents & POLLIN) == 0)
       continue;
     const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0)
-      continue;  // the client gave up before we accepted; nothing to serve
+    if (fd < 0) {
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        // Out of descriptors or memory: the connection stays queued. Wait a moment (or for a
+        // stop) instead of polling a listen socket that stays readable in a busy loop.
+        if (!starved)
+          spdlog::warn("rendezvous store: cannot accept a client: {}", std::strerror(errno));
+        starved = true;
+        ReapFinished();
+        ::poll(&fds[1], 1, 100);
+      }
+      continue;  // otherwise the client gave up before we accepted; nothing to serve
+    }
+    starved = false;
     io::TuneSocket(fd);
     ReapFinished();
     auto conn = std::make_unique<Connection>();
@@ -218,7 +231,15 @@ void StoreServer::AcceptLoop() {
     Connection* raw = conn.get();
     std::lock_guard<std::mutex> lock(mu_);
     connections_.push_back(std::move(conn));
-    raw->thread = std::thread([this, raw] { Serve(raw); });
+    try {
+      raw->thread = std::thread([this, raw] { Serve(raw); });
+    } catch (const std::system_error& e) {
+      // No thread for it (a pids limit): this client is dropped, the store goes on serving.
+      spdlog::warn("rendezvous store: dropped client {}: cannot start its thread: {}", raw->peer,
+                   e.what());
+      ::close(fd);
+      connections_.pop_back();
+    }
   }
 }
 
