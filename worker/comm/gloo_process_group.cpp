@@ -533,7 +533,8 @@ class GlooProcessGroup : public ProcessGroup {
 
   // Ring reduce-scatter over Gloo's unbound buffers: n-1 steps, each sending one block to
   // the right neighbour and folding the block from the left one into our copy, arranged so
-  // that rank r ends holding block r.
+  // that rank r ends holding block r. The timeout bounds the whole ring, as Gloo's own
+  // collectives are bounded: per step it would allow 2(n-1) timeouts, past GlooWork's last resort.
   template <typename T>
   static void RingReduceScatter(gloo::Context& ctx, const T* input, T* output, size_t count,
                                 ReduceOp op, uint64_t slot, milliseconds timeout) {
@@ -550,10 +551,15 @@ class GlooProcessGroup : public ProcessGroup {
     auto sbuf = ctx.createUnboundBuffer(send_block.data(), count * sizeof(T));
     auto rbuf = ctx.createUnboundBuffer(recv_block.data(), count * sizeof(T));
     const int right = (r + 1) % n, left = (r - 1 + n) % n;
+    const Clock::time_point deadline = Clock::now() + timeout;
+    auto left_until_deadline = [&] {
+      return std::max(milliseconds(1),
+                      std::chrono::duration_cast<milliseconds>(deadline - Clock::now()));
+    };
     for (int s = 0; s < n - 1; ++s) {
       rbuf->recv(left, slot);
       sbuf->send(right, slot);
-      if (!rbuf->waitRecv(timeout) || !sbuf->waitSend(timeout)) {
+      if (!rbuf->waitRecv(left_until_deadline()) || !sbuf->waitSend(left_until_deadline())) {
         throw CommError("reduce_scatter transfer aborted");
       }
       T* dst = s == n - 2 ? output : send_block.data();
