@@ -82,6 +82,8 @@ std::optional<TimePoint> ParseTime(std::string_view text) {
         !Digits(text, pos + 4, 2, om)) {
       return std::nullopt;
     }
+    if (oh > 23 || om > 59)
+      return std::nullopt;
     offset = hours(oh) + minutes(om);
     if (text[pos] == '-')
       offset = -offset;
@@ -91,13 +93,13 @@ std::optional<TimePoint> ParseTime(std::string_view text) {
   }
   if (pos != text.size())
     return std::nullopt;
-  const sys_seconds base = sys_days{ymd} + hours(h) + minutes(mi) + seconds(s);
+  const sys_seconds utc = sys_days{ymd} + hours(h) + minutes(mi) + seconds(s) - offset;
   // The clock counts nanoseconds in an int64, from about 1678 to 2262: a time outside that
   // (a year 9999 in a status someone wrote) cannot be held, and converting it would overflow.
-  if (base < ceil<seconds>(TimePoint::min()) + days(1) ||
-      base > floor<seconds>(TimePoint::max()) - days(1))
+  if (utc < ceil<seconds>(TimePoint::min()) + days(1) ||
+      utc > floor<seconds>(TimePoint::max()) - days(1))
     return std::nullopt;
-  return time_point_cast<TimePoint::duration>(base - offset + frac);
+  return time_point_cast<TimePoint::duration>(utc + frac);
 }
 
 }  // namespace tessera::reconcile

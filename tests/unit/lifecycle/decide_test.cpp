@@ -107,6 +107,11 @@ struct Past {
     p.status.progress = ProgressMark{attempt, step, T(updated_s)};
     return p;
   }
+  Past AttemptStarted(int64_t s) const {
+    Past p = *this;
+    p.status.attempt_start_time = T(s);
+    return p;
+  }
   Past With(const std::string& condition) const {
     Past p = *this;
     p.status.conditions.push_back(ParseCondition(condition));
@@ -184,7 +189,8 @@ struct Case {
   Past previous{};
   std::vector<Worker> workers{};
   std::optional<Observation::ProgressReport> progress{};
-  int64_t now = 0;  // seconds
+  std::optional<Observation::Blocker> blocked{};  // Observation::creation_blocked
+  int64_t now = 0;                                // seconds
   Phase phase = Phase::kPending;
   std::vector<std::string> actions{};     // see Short()
   std::vector<std::string> conditions{};  // "Type=Status/Reason", in order
@@ -233,7 +239,7 @@ std::vector<std::string> ShortConditions(const Status& status) {
 }
 
 Observation Observe(const Case& c) {
-  return Observation{c.workers, c.progress};
+  return Observation{c.workers, c.progress, c.blocked};
 }
 
 Decision DecideRow(const Case& c) {
@@ -343,6 +349,15 @@ const std::vector<Case>& Cases() {
                    "event Normal WorkersCreated"},
        .conditions = kCreatedOnly,
        .requeue = 300},
+      {.name = "FreshStatusWithEveryWorkerUpCreatesNoneAndRuns",
+       .policy = Four(),
+       .previous = Fresh(),
+       .workers = AllUp(),
+       .now = 5,
+       .phase = Phase::kRunning,
+       .actions = {"event Normal JobCreated", "event Normal AllWorkersRunning"},
+       .conditions = {"Created=True/JobCreated", "Running=True/AllWorkersRunning",
+                      "PodsReady=True/AllWorkersReady"}},
 
       // --- Starting -> Running, and the gang startup timeout. ---
       {.name = "StartingWaitsForPendingWorkers",
@@ -412,11 +427,30 @@ const std::vector<Case>& Cases() {
        .conditions = {"Created=True/JobCreated", "Failed=True/BackoffLimitExceeded"},
        .check =
            All({ExpectCounts(3, 0), ExpectFailure({"GangStartupTimeout", "", "worker-2", 0})})},
+      // Workers that vanished while Starting: the restart creates the next attempt at once, and
+      // the job says it is restarting until that attempt runs.
+      {.name = "GangStartupTimeoutWithNoWorkersLeftStartsTheNextAttemptAtOnce",
+       .policy = Four(),
+       .previous = Starting(),
+       .now = 300,
+       .phase = Phase::kStarting,
+       .actions = {"event Warning GangStartupTimeout", "create attempt=1 [0,1,2,3]",
+                   "event Normal WorkersCreated"},
+       .conditions = {"Created=True/JobCreated", "Restarting=True/GangStartupTimeout"},
+       .requeue = 300,
+       .check = ExpectCounts(1, 1)},
       {.name = "WithoutGangPendingWorkersMayWaitPastTheTimeout",
        .policy = With(Four(), [](Policy& p) { p.gang = false; }),
        .previous = Starting(),
        .workers = {Up(0), Up(1), Waiting(2), Waiting(3)},
        .now = 1000,
+       .phase = Phase::kStarting,
+       .conditions = kCreatedOnly},
+      {.name = "WithoutGangNoStartupRequeueOnceEveryWorkerExists",
+       .policy = With(Four(), [](Policy& p) { p.gang = false; }),
+       .previous = Starting(),
+       .workers = {Up(0), Up(1), Waiting(2), Waiting(3)},
+       .now = 100,
        .phase = Phase::kStarting,
        .conditions = kCreatedOnly},
       {.name = "WithoutGangAWorkerStillMissingAtTheTimeoutFailsTheAttempt",
@@ -467,17 +501,24 @@ const std::vector<Case>& Cases() {
        .conditions = {"Created=True/JobCreated", "Running=False/Starting",
                       "PodsReady=False/WorkersNotReady", "Restarting=True/WorkerFailed"},
        .requeue = 300,
-       .check = [](const Decision& d) { EXPECT_EQ(d.status.attempt_start_time, T(520)); }},
+       // A restart starts the attempt's clock, not the job's (activeDeadlineSeconds).
+       .check =
+           [](const Decision& d) {
+             EXPECT_EQ(d.status.attempt_start_time, T(520));
+             EXPECT_EQ(d.status.start_time, T(0));
+           }},
       {.name = "NextAttemptRunningEndsRestarting",
        .policy = Four(),
-       .previous = StartingAfterRestart(),
+       .previous = StartingAfterRestart().AttemptStarted(10),
        .workers = AllUp(1),
        .now = 30,
        .phase = Phase::kRunning,
        .actions = {"event Normal AllWorkersRunning"},
        .conditions = {"Created=True/JobCreated", "Running=True/AllWorkersRunning",
                       "PodsReady=True/AllWorkersReady", "Restarting=False/Running"},
-       .check = ExpectCounts(1, 1)},
+       // Startup is measured from the attempt's creation, not the job's start.
+       .check = All({ExpectCounts(1, 1),
+                     [](const Decision& d) { EXPECT_EQ(d.attempt_startup, seconds(20)); }})},
       {.name = "FailureWithNoRestartsLeftFailsTheJob",
        .policy = Four(),
        .previous = Running().Restarts(3).Attempt(3),
@@ -569,6 +610,16 @@ const std::vector<Case>& Cases() {
        .check = ExpectFailure({"WorkerFailed", "", "worker-3", 1})},
       // kill -9 of worker 1's rank: worker 0 exits 6 (its peer was lost) within the same
       // second, or the same poll of the local runner. The cause is blamed, not the consequence.
+      // An exit whose time is unknown (no finishedAt) is blamed after one whose time is known.
+      {.name = "ExitWithAFinishTimeIsBlamedBeforeOneWithout",
+       .policy = Four(),
+       .previous = Running(),
+       .workers = {Up(0), Done(1, 1), Done(2, 137, 12), Up(3)},
+       .now = 500,
+       .phase = Phase::kRestarting,
+       .actions = {"event Warning WorkerFailed", "delete [0,1,2,3]"},
+       .conditions = kRestartingAfterFailure,
+       .check = ExpectFailure({"WorkerFailed", "", "worker-2", 137})},
       {.name = "LostPeerExitIsNotBlamedOverItsCauseAtTheSameTime",
        .policy = Four(),
        .previous = Running(),
@@ -656,6 +707,18 @@ const std::vector<Case>& Cases() {
                       "PodsReady=False/WorkersNotReady"}},
 
       // --- Success: worker 0 exits 0; the rest per cleanPodPolicy. ---
+      // ObserveWorkers takes the exit code of any terminated container: a sidecar that exited 2
+      // gives a worker that still runs exit code 2. Only a failed worker's code can be permanent.
+      {.name = "PermanentExitCodeOfAWorkerStillRunningIsNoFailure",
+       .policy = Four(),
+       .previous = Running(),
+       .workers = {Up(0), Worker{.index = 1, .phase = WorkerPhase::kRunning, .ready = true,
+                                 .exit_code = 2},
+                   Up(2), Up(3)},
+       .now = 500,
+       .phase = Phase::kRunning,
+       .conditions = {"Created=True/JobCreated", "Running=True/AllWorkersRunning",
+                      "PodsReady=True/AllWorkersReady"}},
       {.name = "WorkerZeroExitingZeroSucceeds",
        .policy = Four(),
        .previous = Running(),
@@ -723,7 +786,13 @@ const std::vector<Case>& Cases() {
        .phase = Phase::kSucceeded,
        .actions = {"event Normal Succeeded", "delete [1,3]", "delete force [2]"},
        .conditions = {"Created=True/JobCreated", "Running=False/Succeeded",
-                      "PodsReady=False/WorkersNotReady", "Succeeded=True/Succeeded"}},
+                      "PodsReady=False/WorkersNotReady", "Succeeded=True/Succeeded"},
+       // A worker on a lost node counts as failed, neither active nor ready.
+       .check =
+           [](const Decision& d) {
+             EXPECT_EQ(d.status.workers,
+                       (WorkerCounts{.active = 2, .ready = 2, .succeeded = 1, .failed = 1}));
+           }},
       {.name = "SuccessWhileStartingIsStillSuccess",
        .policy = Four(),
        .previous = Starting(),
@@ -809,7 +878,9 @@ const std::vector<Case>& Cases() {
        .now = 410,
        .phase = Phase::kSuspended,
        .conditions = {"Created=True/JobCreated", "Running=False/Suspended",
-                      "PodsReady=False/WorkersNotReady", "Suspended=True/Suspended"}},
+                      "PodsReady=False/WorkersNotReady", "Suspended=True/Suspended"},
+       // Workers being deleted are neither active nor ready, though still running.
+       .check = [](const Decision& d) { EXPECT_EQ(d.status.workers, WorkerCounts{}); }},
       {.name = "SuspendedJobIgnoresItsWorkersExits",
        .policy = With(Four(), [](Policy& p) { p.suspend = true; }),
        .previous = Suspended(),
@@ -964,6 +1035,30 @@ const std::vector<Case>& Cases() {
            [](const Decision& d) {
              EXPECT_EQ(d.status.progress, (ProgressMark{0, 420, T(100)}));
            }},
+      // The new attempt's first report arms its deadline even when it repeats the step the old
+      // attempt stalled at (it resumed from that step's checkpoint).
+      {.name = "NewAttemptsFirstReportOfTheSameStepArmsTheDeadline",
+       .policy = Four(),
+       .previous = Running().Attempt(1).Progress(420, 100, 0),
+       .workers = AllUp(1),
+       .progress = Observation::ProgressReport{.attempt = 1, .step = 420},
+       .now = 200,
+       .phase = Phase::kRunning,
+       .conditions = {"Created=True/JobCreated", "Running=True/AllWorkersRunning",
+                      "PodsReady=True/AllWorkersReady"},
+       .requeue = 600,
+       .check =
+           [](const Decision& d) {
+             EXPECT_EQ(d.status.progress, (ProgressMark{1, 420, T(200)}));
+           }},
+      {.name = "ProgressOfAnOlderAttemptSchedulesNoDeadline",
+       .policy = Four(),
+       .previous = Running().Attempt(1).Progress(420, 100, 0),
+       .workers = AllUp(1),
+       .now = 200,
+       .phase = Phase::kRunning,
+       .conditions = {"Created=True/JobCreated", "Running=True/AllWorkersRunning",
+                      "PodsReady=True/AllWorkersReady"}},
       {.name = "ProgressDeadlineDisabled",
        .policy = With(Four(), [](Policy& p) { p.progress_deadline_seconds.reset(); }),
        .previous = Running().Progress(420, 100),
@@ -997,6 +1092,42 @@ const std::vector<Case>& Cases() {
        .conditions = {"Created=True/JobCreated", "Running=False/Failed",
                       "PodsReady=False/WorkersNotReady", "Failed=True/BackoffLimitExceeded"},
        .check = ExpectFailure({"ProgressDeadlineExceeded", "", "", 0})},
+
+      // --- Creation blocked (no PodGroup CRD, refused creates): wait, and say why once. ---
+      {.name = "BlockedCreationWaitsInPendingWithOneWarning",
+       .policy = Four(),
+       .previous = Fresh(),
+       .blocked = Observation::Blocker{reason::kPodGroupUnavailable, "no PodGroup CRD"},
+       .now = 0,
+       .phase = Phase::kPending,
+       .actions = {"event Normal JobCreated", "event Warning PodGroupUnavailable"},
+       .conditions = {"Created=False/PodGroupUnavailable"}},
+      {.name = "BlockedForAnotherReasonWarnsAgain",
+       .policy = Four(),
+       .previous = Fresh().With("Created=False/FailedCreate"),
+       .blocked = Observation::Blocker{reason::kPodGroupUnavailable, "no PodGroup CRD"},
+       .now = 10,
+       .phase = Phase::kPending,
+       .actions = {"event Warning PodGroupUnavailable"},
+       .conditions = {"Created=False/PodGroupUnavailable"}},
+      {.name = "UnblockedCreationCreatesTheAttempt",
+       .policy = Four(),
+       .previous = Fresh().With("Created=False/PodGroupUnavailable"),
+       .now = 20,
+       .phase = Phase::kStarting,
+       .actions = {"create attempt=0 [0,1,2,3]", "event Normal WorkersCreated"},
+       .conditions = kCreatedOnly,
+       .requeue = 300},
+      {.name = "BlockedRestartWaitsInRestarting",
+       .policy = Four(),
+       .previous = Restarting(),
+       .blocked = Observation::Blocker{reason::kFailedCreate, "quota exceeded"},
+       .now = 520,
+       .phase = Phase::kRestarting,
+       .actions = {"event Warning FailedCreate"},
+       .conditions = {"Created=False/FailedCreate", "Running=False/Restarting",
+                      "PodsReady=False/WorkersNotReady", "Restarting=True/WorkerFailed"},
+       .check = ExpectCounts(1, 1)},
 
       // --- Recovery and bad input. ---
       {.name = "InvalidSpecFailsTheJobAtOnce",
@@ -1048,7 +1179,12 @@ const std::vector<Case>& Cases() {
        .conditions = {"Created=True/JobCreated", "Running=False/Starting",
                       "PodsReady=False/WorkersNotReady"},
        .requeue = 300,
-       .check = ExpectCounts(0, 1)},
+       // The attempt's clock starts now; the job's (activeDeadlineSeconds) keeps running.
+       .check = All({ExpectCounts(0, 1),
+                     [](const Decision& d) {
+                       EXPECT_EQ(d.status.attempt_start_time, T(600));
+                       EXPECT_EQ(d.status.start_time, T(0));
+                     }})},
       {.name = "OutOfRangeWorkerIsDeletedWhileRunning",
        .policy = Four(),
        .previous = Running(),
@@ -1058,6 +1194,19 @@ const std::vector<Case>& Cases() {
        .actions = {"delete [4]"},
        .conditions = {"Created=True/JobCreated", "Running=True/AllWorkersRunning",
                       "PodsReady=True/AllWorkersReady"}},
+      {.name = "NegativeIndexWorkerIsOutOfRange",
+       .policy = Four(),
+       .previous = Running(),
+       .workers = {Up(-1), Up(0), Up(1), Up(2), Up(3)},
+       .now = 600,
+       .phase = Phase::kRunning,
+       .actions = {"delete [-1]"},
+       .conditions = {"Created=True/JobCreated", "Running=True/AllWorkersRunning",
+                      "PodsReady=True/AllWorkersReady"},
+       .check =
+           [](const Decision& d) {
+             EXPECT_EQ(d.status.workers, (WorkerCounts{.active = 4, .ready = 4}));
+           }},
   };
   return cases;
 }

@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <string_view>
+#include <utility>
+
 namespace tessera::lifecycle {
 namespace {
 
@@ -42,6 +45,49 @@ TEST(JobStateNames, WorkerPhasesAndCleanPodPoliciesRoundTrip) {
   EXPECT_EQ(ParseCleanPodPolicy("Never"), std::nullopt);
 }
 
+// The exact spellings the API uses (round trips alone would pass with a misspelled name).
+TEST(JobStateNames, SpelledAsInTheApi) {
+  const std::pair<Phase, std::string_view> phases[] = {
+      {Phase::kPending, "Pending"},     {Phase::kStarting, "Starting"},
+      {Phase::kRunning, "Running"},     {Phase::kRestarting, "Restarting"},
+      {Phase::kSucceeded, "Succeeded"}, {Phase::kFailed, "Failed"},
+      {Phase::kSuspended, "Suspended"}};
+  for (const auto& [value, name] : phases) {
+    EXPECT_EQ(ToString(value), name);
+  }
+  const std::pair<ConditionType, std::string_view> types[] = {
+      {ConditionType::kCreated, "Created"},     {ConditionType::kPodsReady, "PodsReady"},
+      {ConditionType::kRunning, "Running"},     {ConditionType::kRestarting, "Restarting"},
+      {ConditionType::kSucceeded, "Succeeded"}, {ConditionType::kFailed, "Failed"},
+      {ConditionType::kSuspended, "Suspended"}};
+  for (const auto& [value, name] : types) {
+    EXPECT_EQ(ToString(value), name);
+  }
+  const std::pair<ConditionStatus, std::string_view> statuses[] = {
+      {ConditionStatus::kTrue, "True"},
+      {ConditionStatus::kFalse, "False"},
+      {ConditionStatus::kUnknown, "Unknown"}};
+  for (const auto& [value, name] : statuses) {
+    EXPECT_EQ(ToString(value), name);
+  }
+  const std::pair<WorkerPhase, std::string_view> worker_phases[] = {
+      {WorkerPhase::kPending, "Pending"},
+      {WorkerPhase::kRunning, "Running"},
+      {WorkerPhase::kSucceeded, "Succeeded"},
+      {WorkerPhase::kFailed, "Failed"},
+      {WorkerPhase::kUnknown, "Unknown"}};
+  for (const auto& [value, name] : worker_phases) {
+    EXPECT_EQ(ToString(value), name);
+  }
+  const std::pair<CleanPodPolicy, std::string_view> policies[] = {
+      {CleanPodPolicy::kRunning, "Running"},
+      {CleanPodPolicy::kAll, "All"},
+      {CleanPodPolicy::kNone, "None"}};
+  for (const auto& [value, name] : policies) {
+    EXPECT_EQ(ToString(value), name);
+  }
+}
+
 TEST(JobStateConditions, FindsConditionsByType) {
   Status status;
   EXPECT_EQ(FindCondition(status, ConditionType::kRunning), nullptr);
@@ -50,6 +96,8 @@ TEST(JobStateConditions, FindsConditionsByType) {
       .type = ConditionType::kRunning, .status = ConditionStatus::kFalse, .reason = "Starting"});
   ASSERT_NE(FindCondition(status, ConditionType::kRunning), nullptr);
   EXPECT_EQ(FindCondition(status, ConditionType::kRunning)->reason, "Starting");
+  EXPECT_FALSE(IsConditionTrue(status, ConditionType::kRunning));
+  status.conditions.back().status = ConditionStatus::kUnknown;
   EXPECT_FALSE(IsConditionTrue(status, ConditionType::kRunning));
   status.conditions.back().status = ConditionStatus::kTrue;
   EXPECT_TRUE(IsConditionTrue(status, ConditionType::kRunning));

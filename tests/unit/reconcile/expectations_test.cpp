@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -53,6 +54,45 @@ TEST(Expectations, ExpireAfterTtl) {
   EXPECT_EQ(f.TimeToExpiry("ns/j"), Expectations::Clock::duration::zero());
 }
 
+// The TTL runs from the oldest pending write: raising more for the job does not postpone it, or
+// a job that keeps failing to see its writes would never be decided again.
+TEST(Expectations, MoreWritesDoNotPostponeTheExpiry) {
+  Expectations e(50ms);
+  e.ExpectCreation("ns/j", "j-worker-0");
+  const auto deadline = Expectations::Clock::now() + 10s;
+  int raised = 0;
+  while (!e.Satisfied("ns/j")) {
+    ASSERT_LT(Expectations::Clock::now(), deadline) << "never expired; raised " << raised;
+    e.ExpectCreation("ns/j", "j-worker-" + std::to_string(++raised % 4));
+  }
+}
+
+TEST(Expectations, StatusWaitsOnlyForAVersion) {
+  Expectations e(1h);
+  e.ExpectStatus("ns/j", "");  // the write returned no resourceVersion: nothing to wait for
+  EXPECT_TRUE(e.Satisfied("ns/j"));
+  EXPECT_EQ(e.PendingJobs(), 0u);
+
+  e.ExpectStatus("ns/j", "42");
+  e.ExpectCreation("ns/j", "j-worker-0");
+  e.ClearStatus("ns/j");
+  EXPECT_EQ(e.PendingStatus("ns/j"), std::nullopt);
+  EXPECT_FALSE(e.Satisfied("ns/j"));  // the create is still pending
+  e.CreationObserved("ns/j", "j-worker-0");
+  EXPECT_TRUE(e.Satisfied("ns/j"));
+  EXPECT_EQ(e.PendingJobs(), 0u);
+
+  e.ExpectStatus("ns/j", "43");
+  e.ClearStatus("ns/j");
+  EXPECT_EQ(e.PendingJobs(), 0u);
+}
+
+TEST(Expectations, TimeToExpiryIsNeverNegative) {
+  Expectations e(0ns);
+  e.ExpectCreation("ns/j", "j-worker-0");
+  EXPECT_EQ(e.TimeToExpiry("ns/j"), Expectations::Clock::duration::zero());
+}
+
 class ScriptedReader : public ProgressReader {
  public:
   std::optional<nlohmann::json> Read(const std::string& host, int port,
@@ -89,6 +129,84 @@ TEST(ProgressPoller, LoopbackOnlyNeverContactsPodIps) {
   EXPECT_EQ(changed.size(), 1u);
   poller.Track("ns/b", "pod-b2", 2, "127.0.0.1", 9401);
   EXPECT_FALSE(poller.Latest("ns/b", "pod-b2").has_value());
+}
+
+TEST(ProgressPoller, PodsModeNeedsAnAddress) {
+  ScriptedReader reader;
+  ProgressPoller poller(reader, {ProgressPolling::kPods, 1h, 1s}, nullptr);
+  poller.Track("ns/a", "pod-a", 0, "10.244.0.7", 9400);
+  EXPECT_EQ(poller.Targets(), 1u);
+  poller.Track("ns/a", "pod-a", 0, "", 9400);  // the pod lost its IP: stop polling it
+  EXPECT_EQ(poller.Targets(), 0u);
+  poller.PollOnce();
+  EXPECT_TRUE(reader.contacted.empty());
+}
+
+// The first sample is news whatever its step (a trainer that just started reports step 0).
+TEST(ProgressPoller, FirstSampleIsAChangeEvenAtStepZero) {
+  ScriptedReader reader;
+  reader.body = nlohmann::json{{"step", 0}};
+  std::vector<std::string> changed;
+  ProgressPoller poller(reader, {ProgressPolling::kLoopbackOnly, 1h, 1s},
+                        [&](const std::string& key) { changed.push_back(key); });
+  poller.Track("ns/a", "pod-a", 0, "127.0.0.1", 9400);
+  poller.PollOnce();
+  EXPECT_EQ(changed, (std::vector<std::string>{"ns/a"}));
+}
+
+TEST(ProgressPoller, NewAttemptOfTheSamePodDropsTheSample) {
+  ScriptedReader reader;
+  reader.body = nlohmann::json{{"step", 5}};
+  ProgressPoller poller(reader, {ProgressPolling::kLoopbackOnly, 1h, 1s}, nullptr);
+  poller.Track("ns/b", "pod-b", 1, "127.0.0.1", 9401);
+  poller.PollOnce();
+  ASSERT_TRUE(poller.Latest("ns/b", "pod-b").has_value());
+  poller.Track("ns/b", "pod-b", 1, "127.0.0.1", 9401);  // the same generation keeps it
+  EXPECT_TRUE(poller.Latest("ns/b", "pod-b").has_value());
+  poller.Track("ns/b", "pod-b", 2, "127.0.0.1", 9401);
+  EXPECT_FALSE(poller.Latest("ns/b", "pod-b").has_value());
+}
+
+// A reader that moves the job on to another pod generation while its read is in flight.
+class RetrackingReader : public ProgressReader {
+ public:
+  std::optional<nlohmann::json> Read(const std::string&, int, std::chrono::milliseconds) override {
+    if (retrack)
+      retrack();
+    return nlohmann::json{{"step", 9}};
+  }
+  std::function<void()> retrack;
+};
+
+// A sample read from a pod generation the job has left is dropped, not credited to the new one.
+TEST(ProgressPoller, SampleOfAGenerationLeftDuringTheReadIsDropped) {
+  struct Case {
+    const char* name;
+    std::string uid;
+    int64_t attempt;
+  };
+  const Case cases[] = {{"another pod", "pod-b2", 1}, {"another attempt", "pod-b", 2}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    RetrackingReader reader;
+    std::vector<std::string> changed;
+    ProgressPoller poller(reader, {ProgressPolling::kLoopbackOnly, 1h, 1s},
+                          [&](const std::string& key) { changed.push_back(key); });
+    poller.Track("ns/b", "pod-b", 1, "127.0.0.1", 9401);
+    reader.retrack = [&] { poller.Track("ns/b", c.uid, c.attempt, "127.0.0.1", 9401); };
+    poller.PollOnce();
+    EXPECT_FALSE(poller.Latest("ns/b", c.uid).has_value());
+    EXPECT_TRUE(changed.empty());
+  }
+}
+
+TEST(ParseProgressPolling, Table) {
+  EXPECT_EQ(ParseProgressPolling("pods"), ProgressPolling::kPods);
+  EXPECT_EQ(ParseProgressPolling("loopback-only"), ProgressPolling::kLoopbackOnly);
+  EXPECT_EQ(ParseProgressPolling("off"), ProgressPolling::kOff);
+  EXPECT_EQ(ParseProgressPolling("loopback"), std::nullopt);
+  EXPECT_EQ(ParseProgressPolling("Pods"), std::nullopt);
+  EXPECT_EQ(ParseProgressPolling(""), std::nullopt);
 }
 
 TEST(ProgressPoller, OffContactsNothing) {

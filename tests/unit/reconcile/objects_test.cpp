@@ -66,6 +66,17 @@ const Json& Container(const Json& pod, const std::string& name) {
   return none;
 }
 
+// A job of 4 workers with `scheduling_yaml` as its spec.scheduling's entries and
+// `pod_spec_yaml` as its template's spec.
+api::TrainingJob ScheduledJob(const std::string& scheduling_yaml,
+                              const std::string& pod_spec_yaml = "{}") {
+  return Job(
+      "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\n"
+      "metadata: {name: gpt, namespace: ml, uid: uid-1}\n"
+      "spec:\n  workers: 4\n  scheduling: {" +
+      scheduling_yaml + "}\n  template:\n    spec: " + pod_spec_yaml + "\n");
+}
+
 TEST(DesiredPod, NamesHostnameOwnerAndPolicy) {
   const Json pod = DesiredPod(Job(kJob), 2, 1);
   EXPECT_EQ(pod["metadata"]["name"], "gpt-worker-2");
@@ -139,6 +150,18 @@ TEST(DesiredPod, GpusAndPorts) {
     names.insert(p["name"]);
   EXPECT_EQ(names, (std::set<std::string>{"metrics", "rendezvous"}));
   EXPECT_EQ(worker["ports"].size(), 2u);  // the template's metrics port is not duplicated
+
+  // A template port on the metrics port under another name is the metrics port too: a second
+  // containerPort of the same number would be refused.
+  const Json own =
+      Container(DesiredPod(ScheduledJob("",
+                                        "{containers: [{name: worker, image: w, ports: "
+                                        "[{name: prom, containerPort: 9400}]}]}"),
+                           0, 0),
+                "worker");
+  ASSERT_EQ(own["ports"].size(), 2u) << own["ports"].dump();
+  EXPECT_EQ(own["ports"][0]["name"], "prom");
+  EXPECT_EQ(own["ports"][1]["name"], "rendezvous");
 }
 
 TEST(DesiredPod, CpuJobWithoutTemplateGetsADefaultWorker) {
@@ -238,6 +261,82 @@ TEST(DesiredTrainerConfigMap, HoldsTheJobAsATrainingJobFileWithoutTemplate) {
   Json want = api::EncodeJson(job)["spec"];
   want.erase("template");
   EXPECT_EQ(api::EncodeJson(*back.job)["spec"], want);
+}
+
+TEST(DesiredPodGroup, FollowsTheSchedulersApi) {
+  struct Case {
+    const char* name;
+    std::string scheduling;
+    std::string api_version;
+    Json spec;
+  };
+  const Case cases[] = {
+      {"volcano",
+       "schedulerName: volcano, queue: research, priorityClassName: high",
+       "scheduling.volcano.sh/v1beta1",
+       {{"minMember", 4}, {"queue", "research"}, {"priorityClassName", "high"}}},
+      {"volcano without queue or priority",
+       "schedulerName: volcano",
+       "scheduling.volcano.sh/v1beta1",
+       {{"minMember", 4}}},
+      {"volcano without gang",
+       "schedulerName: volcano, gang: false",
+       "scheduling.volcano.sh/v1beta1",
+       {{"minMember", 1}}},
+      {"scheduler-plugins",
+       "schedulerName: scheduler-plugins, startupTimeoutSeconds: 120",
+       "scheduling.x-k8s.io/v1alpha1",
+       {{"minMember", 4}, {"scheduleTimeoutSeconds", 120}}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const Json pg = DesiredPodGroup(ScheduledJob(c.scheduling));
+    EXPECT_EQ(pg["apiVersion"], c.api_version);
+    EXPECT_EQ(pg["kind"], "PodGroup");
+    EXPECT_EQ(pg["metadata"]["name"], "gpt");
+    EXPECT_EQ(pg["metadata"]["namespace"], "ml");
+    EXPECT_EQ(pg["metadata"]["ownerReferences"][0]["uid"], "uid-1");
+    EXPECT_EQ(pg["spec"], c.spec);
+  }
+  EXPECT_EQ(PodGroupApiOf(ScheduledJob("schedulerName: default-scheduler")), std::nullopt);
+}
+
+// How a pod joins its PodGroup, and which scheduler it asks for: Volcano's own always;
+// scheduler-plugins' unless the template names its scheduler.
+TEST(DesiredPod, JoinsThePodGroupOfItsScheduler) {
+  struct Case {
+    const char* name;
+    std::string scheduling;
+    std::string pod_spec;
+    std::optional<std::string> group_annotation;  // scheduling.k8s.io/group-name
+    std::optional<std::string> group_label;       // scheduling.x-k8s.io/pod-group
+    std::optional<std::string> scheduler_name;
+  };
+  const Case cases[] = {
+      {"volcano", "schedulerName: volcano", "{}", "gpt", std::nullopt, "volcano"},
+      {"volcano overrides the template's scheduler", "schedulerName: volcano",
+       "{schedulerName: mine}", "gpt", std::nullopt, "volcano"},
+      {"scheduler-plugins", "schedulerName: scheduler-plugins", "{}", std::nullopt, "gpt",
+       "scheduler-plugins-scheduler"},
+      {"scheduler-plugins keeps the template's scheduler", "schedulerName: scheduler-plugins",
+       "{schedulerName: mine}", std::nullopt, "gpt", "mine"},
+      {"another scheduler: no PodGroup", "schedulerName: kueue-sched", "{}", std::nullopt,
+       std::nullopt, "kueue-sched"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const Json pod = DesiredPod(ScheduledJob(c.scheduling, c.pod_spec), 1, 0);
+    const Json& meta = pod["metadata"];
+    auto at = [](const Json& map, const char* key) -> std::optional<std::string> {
+      if (!map.is_object() || !map.contains(key))
+        return std::nullopt;
+      return map[key].get<std::string>();
+    };
+    EXPECT_EQ(at(meta.value("annotations", Json::object()), "scheduling.k8s.io/group-name"),
+              c.group_annotation);
+    EXPECT_EQ(at(meta["labels"], "scheduling.x-k8s.io/pod-group"), c.group_label);
+    EXPECT_EQ(at(pod["spec"], "schedulerName"), c.scheduler_name);
+  }
 }
 
 TEST(DesiredService, HeadlessPublishingNotReadyAddresses) {

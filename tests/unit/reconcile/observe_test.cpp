@@ -119,6 +119,8 @@ TEST(ObserveWorkers, Deleting) {
   pod["metadata"]["deletionTimestamp"] = "2026-03-01T11:00:00Z";
   EXPECT_TRUE(One(pod).deleting);
   EXPECT_FALSE(One(Pod(0, 0, "Running")).deleting);
+  pod["metadata"]["deletionTimestamp"] = nullptr;  // a patch that cleared it
+  EXPECT_FALSE(One(pod).deleting);
 }
 
 TEST(ObserveWorkers, NodeLostAfterTheGracePeriod) {
@@ -144,6 +146,14 @@ TEST(ObserveWorkers, NodeLostAfterTheGracePeriod) {
        Node("False", "2026-03-01T11:59:50Z"),
        true,
        {}},
+      {"not ready exactly for the default grace",
+       Pod(0, 0, "Running"),
+       Node("False", "2026-03-01T11:59:30Z"),
+       true,
+       {}},
+      // A node whose Ready condition carries no time: the grace period runs from now.
+      {"not ready since an unknown time", Pod(0, 0, "Running"), Node("False", ""), false,
+       lifecycle::Duration(30s)},
       {"node gone", Pod(0, 0, "Running"), std::nullopt, true, {}},
       {"finished pod is not lost", Pod(0, 0, "Succeeded"), std::nullopt, false, {}},
       {"phase Unknown", Pod(0, 0, "Unknown"), Node("True", "2026-03-01T11:00:00Z"), true, {}},
@@ -172,6 +182,52 @@ TEST(ObserveWorkers, NodeLostAfterTheGracePeriod) {
     EXPECT_EQ(o.workers[0].node_lost, c.lost);
     EXPECT_EQ(o.recheck_after, c.recheck);
   }
+}
+
+// Several workers wait on NotReady nodes: the controller looks again when the first of them is
+// due, whatever the order of the pods.
+TEST(ObserveWorkers, RechecksWhenTheFirstWaitingWorkerIsDue) {
+  Json early = Pod(0, 0, "Running", {}, {{"nodeName", "early"}});
+  Json late = Pod(1, 0, "Running", {}, {{"nodeName", "late"}});
+  Json ready = Pod(2, 0, "Running", {}, {{"nodeName", "ready"}});
+  const std::map<std::string, Json> nodes = {
+      {"early", Node("False", "2026-03-01T11:59:40Z")},  // lost at 12:00:10
+      {"late", Node("False", "2026-03-01T11:59:55Z")},   // lost at 12:00:25
+      {"ready", Node("True", "2026-03-01T11:00:00Z")}};
+  const NodeLookup lookup = [&](const std::string& name) -> const Json* {
+    auto it = nodes.find(name);
+    return it == nodes.end() ? nullptr : &it->second;
+  };
+  for (const std::vector<const Json*>& pods :
+       std::vector<std::vector<const Json*>>{{&early, &late, &ready}, {&ready, &late, &early}}) {
+    const ObservedWorkers o = ObserveWorkers(pods, lookup, kNow);
+    EXPECT_EQ(o.recheck_after, lifecycle::Duration(10s));
+  }
+}
+
+TEST(ControlledBy, OnlyAControllerReferenceToTheUid) {
+  struct Case {
+    const char* name;
+    Json owners;
+    bool controlled;
+  };
+  const Case cases[] = {
+      {"controller", Json::array({{{"uid", "u1"}, {"controller", true}}}), true},
+      {"among others",
+       Json::array({{{"uid", "u0"}, {"controller", true}}, {{"uid", "u1"}, {"controller", true}}}),
+       true},
+      {"not the controller", Json::array({{{"uid", "u1"}, {"controller", false}}}), false},
+      {"controller unset", Json::array({{{"uid", "u1"}}}), false},
+      {"controller not a boolean", Json::array({{{"uid", "u1"}, {"controller", "true"}}}), false},
+      {"another uid", Json::array({{{"uid", "u2"}, {"controller", true}}}), false},
+      {"not a list", Json{{"uid", "u1"}, {"controller", true}}, false},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const Json object = {{"metadata", {{"ownerReferences", c.owners}}}};
+    EXPECT_EQ(ControlledBy(object, "u1"), c.controlled);
+  }
+  EXPECT_FALSE(ControlledBy(Json{{"metadata", Json::object()}}, "u1"));
 }
 
 // Fields of other types than the API's read as absent rather than throwing (found by fuzzing
@@ -206,7 +262,13 @@ TEST(ObserveWorkers, SkipsPodsWithoutLabelsAndDuplicateIndices) {
   c["metadata"]["labels"].erase("tessera.dev/attempt");
   Json d = Pod(2, 0, "Running");
   d["metadata"]["labels"]["tessera.dev/worker-index"] = "two";
-  ObservedWorkers o = ObserveWorkers({&b, &c, &a, &d}, nullptr, kNow);
+  Json e = Pod(3, 0, "Running");
+  e["metadata"]["labels"]["tessera.dev/worker-index"] = "-3";
+  Json f = Pod(4, 0, "Running");
+  f["metadata"]["labels"]["tessera.dev/attempt"] = "0x";
+  Json g = Pod(5, 0, "Running");
+  g["metadata"]["labels"]["tessera.dev/worker-index"] = 5;  // not a string
+  ObservedWorkers o = ObserveWorkers({&b, &c, &a, &d, &e, &f, &g}, nullptr, kNow);
   ASSERT_EQ(o.workers.size(), 1u);
   EXPECT_EQ(o.workers[0].attempt, 1);
   EXPECT_EQ(o.pods.at(0), &a);
