@@ -312,6 +312,12 @@ int main(int argc, char** argv) {
   rest_options.observer = [&metrics](const std::string& verb, int code) {
     metrics.ObserveApiRequest(verb, code);
   };
+  // Leader election has a client of its own, as in client-go: its renewals never wait behind
+  // the reconcile traffic's rate limit, and the shutdown's cancellation of the reconcile
+  // traffic (controller->Stop) leaves it able to release the Lease afterwards.
+  tessera::k8s::RestClient election_client(**transport, *config, rest_options);
+  tessera::k8s::Cancellation cancel_requests;  // Stop cancels every reconcile request
+  rest_options.cancel = &cancel_requests;
   tessera::k8s::RestClient client(**transport, *config, rest_options);
 
   std::unique_ptr<prometheus::Exposer> exposer;
@@ -345,6 +351,7 @@ int main(int argc, char** argv) {
   options.namespace_ = namespace_;
   options.workers = workers;
   options.pod_event_batch = std::chrono::milliseconds(static_cast<int64_t>(pod_event_batch * 1000));
+  options.cancel_requests = &cancel_requests;
   controller =
       std::make_unique<tessera::reconcile::Controller>(client, events, &metrics, &poller, options);
   controller_ptr = controller.get();
@@ -417,21 +424,23 @@ int main(int argc, char** argv) {
       if (who != instance)
         spdlog::info("leader is {}", who);
     };
-    tessera::k8s::LeaderElector elector(client, election);
+    tessera::k8s::LeaderElector elector(election_client, election);
     spdlog::info("campaigning for the leader lease {}/{} as {}", lease_namespace, lease_name,
                  instance);
     std::thread election_thread([&] { elector.Run(election_stop); });
     stop.WaitFor(std::chrono::hours(24 * 365 * 100));
-    // Stop acting before handing the lease on, so two leaders never act at once.
-    poller.Stop();
+    // Stop acting before handing the lease on, so two leaders never act at once: no queued
+    // key is taken, requests in flight are cancelled, and the workers have returned before
+    // the elector (stopped only now) releases the Lease. The progress poller only enqueues
+    // keys, which the stopped queue ignores: it may stop after the release.
     controller->Stop();
     election_stop.Cancel();
     election_thread.join();
     if (lost)
       exit_code = 1;
   }
-  poller.Stop();
   controller->Stop();
+  poller.Stop();
   metrics.SetLeader(false);
   spdlog::info("stopped");
   return exit_code;

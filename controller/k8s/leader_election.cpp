@@ -43,13 +43,13 @@ std::chrono::milliseconds LeaderElector::Jittered(std::chrono::milliseconds d) {
       static_cast<int64_t>(static_cast<double>(d.count()) * factor(rng)));
 }
 
-bool LeaderElector::TryAcquireOrRenew() {
+bool LeaderElector::TryAcquireOrRenew(const CallOptions& call) {
   const auto now = std::chrono::steady_clock::now();
   const std::string now_time = FormatMicroTime(std::chrono::system_clock::now());
   const int64_t lease_seconds = std::max<int64_t>(
       1, std::chrono::duration_cast<std::chrono::seconds>(config_.lease_duration).count());
 
-  auto current = client_.Get(lease_);
+  auto current = client_.Get(lease_, call);
   if (!current.ok() && current.error().IsNotFound()) {
     Json lease = {
         {"apiVersion", "coordination.k8s.io/v1"},
@@ -61,7 +61,7 @@ bool LeaderElector::TryAcquireOrRenew() {
           {"acquireTime", now_time},
           {"renewTime", now_time},
           {"leaseTransitions", 0}}}};
-    auto created = client_.Create(lease_, lease);
+    auto created = client_.Create(lease_, lease, call);
     if (!created.ok())
       return false;
     std::lock_guard<std::mutex> lock(mu_);
@@ -108,7 +108,8 @@ bool LeaderElector::TryAcquireOrRenew() {
         std::clamp<int64_t>(IntegerAt(spec, "leaseTransitions").value_or(0), 0, INT32_MAX - 1) + 1;
   }
   lease["spec"] = next;
-  auto updated = client_.Update(lease_, lease);  // carries metadata.resourceVersion: 409 if stale
+  // Carries metadata.resourceVersion: 409 if stale.
+  auto updated = client_.Update(lease_, lease, call);
   if (!updated.ok())
     return false;
   std::lock_guard<std::mutex> lock(mu_);
@@ -119,7 +120,10 @@ bool LeaderElector::TryAcquireOrRenew() {
 }
 
 void LeaderElector::Release() {
-  auto current = client_.Get(lease_);
+  // Called after the caller's work has stopped; a hung apiserver must not hold up the exit
+  // for longer than a renewal could take.
+  const CallOptions call{.deadline = std::chrono::steady_clock::now() + config_.renew_deadline};
+  auto current = client_.Get(lease_, call);
   if (!current.ok())
     return;
   Json lease = std::move(*current);
@@ -129,31 +133,47 @@ void LeaderElector::Release() {
   lease["spec"]["holderIdentity"] = "";
   lease["spec"]["leaseDurationSeconds"] = 1;
   lease["spec"]["renewTime"] = now_time;
-  client_.Update(lease_, lease);
+  client_.Update(lease_, lease, call);
 }
 
 void LeaderElector::Run(Cancellation& stop) {
+  using Clock = std::chrono::steady_clock;
+  // When the last successful attempt began: the Lease's renewTime, and what the others time
+  // the Lease's expiry from.
+  Clock::time_point renewed;
+  bool acquired = false;
   while (!stop.IsCancelled()) {
-    if (TryAcquireOrRenew())
+    const auto started = Clock::now();
+    if (TryAcquireOrRenew({.deadline = started + config_.renew_deadline, .cancel = &stop})) {
+      renewed = started;
+      acquired = true;
       break;
+    }
     stop.WaitFor(Jittered(config_.retry_period));
   }
-  if (stop.IsCancelled())
+  if (stop.IsCancelled()) {
+    if (acquired && config_.release_on_cancel)
+      Release();  // won just as we were told to stop
     return;
+  }
 
   leader_ = true;
   if (config_.on_new_leader)
     config_.on_new_leader(config_.identity);
   if (config_.on_started_leading)
     config_.on_started_leading();
-  auto last_renew = std::chrono::steady_clock::now();
-  while (!stop.WaitFor(config_.retry_period)) {
-    if (TryAcquireOrRenew()) {
-      last_renew = std::chrono::steady_clock::now();
-      continue;
-    }
-    if (std::chrono::steady_clock::now() - last_renew >= config_.renew_deadline)
+  // As client-go: renewals are retried every retry period until one succeeds or the renew
+  // deadline passes; every request of an attempt ends by that deadline.
+  while (true) {
+    const auto deadline = renewed + config_.renew_deadline;
+    const auto wait = std::min<Clock::duration>(config_.retry_period, deadline - Clock::now());
+    if (stop.WaitFor(std::max(wait, Clock::duration::zero())))
+      break;
+    if (Clock::now() >= deadline)
       break;  // lost
+    const auto started = Clock::now();
+    if (TryAcquireOrRenew({.deadline = deadline, .cancel = &stop}))
+      renewed = started;
   }
   leader_ = false;
   if (stop.IsCancelled() && config_.release_on_cancel)

@@ -35,24 +35,31 @@ struct LeaderElectionConfig {
 std::string ValidateLeaderElectionConfig(const LeaderElectionConfig& config);
 
 // Run() is meant for one thread; IsLeader() and ObservedLeader() may be called from any.
-// The RestClient's request timeout should be well below renew_deadline.
+// Give it a RestClient of its own (as client-go gives leader election its own client
+// config): another client's rate limit would delay renewals behind other traffic, and a
+// client-wide cancellation (RestOptions::cancel) would prevent the release.
 class LeaderElector {
  public:
   // `client` must outlive the elector. `config` must validate.
   LeaderElector(RestClient& client, LeaderElectionConfig config);
 
   // Campaigns until it holds the Lease (or `stop`), calls on_started_leading, renews every
-  // retry_period until `stop` or until renewing has failed for renew_deadline, then calls
-  // on_stopped_leading (after releasing the Lease when stopped and release_on_cancel).
-  // Returns when it is no longer leading (or never led and `stop` fired).
+  // retry_period until `stop` or until renew_deadline has passed since the last successful
+  // renewal began, then calls on_stopped_leading (after releasing the Lease when stopped and
+  // release_on_cancel). Each attempt's requests (a get, then a create or update) are bounded
+  // together: while leading by the renew deadline, so a hung request cannot keep it leading
+  // past it; while campaigning by renew_deadline from the attempt's start. `stop` cancels an
+  // attempt in flight. The release is bounded by renew_deadline. Returns when it is no longer
+  // leading (or never led and `stop` fired).
   void Run(Cancellation& stop);
 
   bool IsLeader() const { return leader_.load(); }
   std::string ObservedLeader() const;
 
  private:
-  // One attempt: true when this candidate holds the Lease afterwards.
-  bool TryAcquireOrRenew();
+  // One attempt, its requests bounded by `call`: true when this candidate holds the Lease
+  // afterwards.
+  bool TryAcquireOrRenew(const CallOptions& call);
   void Release();
   std::chrono::milliseconds Jittered(std::chrono::milliseconds d);
 

@@ -23,10 +23,18 @@ TokenBucket::Clock::duration TokenBucket::Reserve() {
       std::chrono::duration<double>(-tokens_ / qps_));
 }
 
-void TokenBucket::Wait() {
-  auto delay = Reserve();
-  if (delay > Clock::duration::zero())
-    std::this_thread::sleep_for(delay);
+bool TokenBucket::Wait(const Cancellation* cancel, std::optional<Clock::time_point> deadline) {
+  if (cancel != nullptr && cancel->IsCancelled())
+    return false;
+  const auto delay = Reserve();
+  if (delay <= Clock::duration::zero())
+    return true;
+  if (deadline && Clock::now() + delay > *deadline)
+    return false;
+  if (cancel != nullptr)
+    return !cancel->WaitFor(delay);
+  std::this_thread::sleep_for(delay);
+  return true;
 }
 
 }  // namespace tessera::k8s

@@ -4,6 +4,9 @@
 
 #include <chrono>
 #include <mutex>
+#include <optional>
+
+#include "controller/k8s/cancellation.h"
 
 namespace tessera::k8s {
 
@@ -17,8 +20,11 @@ class TokenBucket {
   // wait before acting (zero when a token was available). Like golang.org/x/time/rate's
   // Reserve: successive callers queue up behind each other.
   Clock::duration Reserve();
-  // Reserve() and sleep for the delay.
-  void Wait();
+  // Reserve() and wait out the delay. Returns false as soon as `cancel` (when set) is
+  // cancelled, and at once, without waiting, when the delay would end after `deadline` (when
+  // set); the token stays taken either way. True once the delay has passed.
+  bool Wait(const Cancellation* cancel = nullptr,
+            std::optional<Clock::time_point> deadline = std::nullopt);
 
  private:
   std::mutex mu_;

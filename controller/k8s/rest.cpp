@@ -174,6 +174,23 @@ const char* PatchContentType(PatchType type) {
   return "application/merge-patch+json";
 }
 
+// While it lives, cancelling `from` (when not null) cancels `to`.
+class CancelLink {
+ public:
+  CancelLink(Cancellation* from, Cancellation& to)
+      : from_(from), id_(from != nullptr ? from->Register([&to] { to.Cancel(); }) : 0) {}
+  ~CancelLink() {
+    if (from_ != nullptr)
+      from_->Unregister(id_);
+  }
+  CancelLink(const CancelLink&) = delete;
+  CancelLink& operator=(const CancelLink&) = delete;
+
+ private:
+  Cancellation* from_;
+  uint64_t id_;
+};
+
 }  // namespace
 
 RestClient::RestClient(HttpTransport& transport, const ClientConfig& config, RestOptions options)
@@ -198,12 +215,31 @@ void RestClient::Observe(const std::string& verb, int code) {
 
 Result<Json> RestClient::Do(const std::string& verb, const std::string& method,
                             const std::string& path, const Json* body,
-                            const std::string& content_type, const FieldFilter* response_filter) {
-  limiter_.Wait();
+                            const std::string& content_type, const FieldFilter* response_filter,
+                            const CallOptions& call) {
+  // The client's cancellation (shutdown) and the call's both end the call: with both, one
+  // Cancellation that either cancels.
+  const bool both = call.cancel != nullptr && options_.cancel != nullptr;
+  Cancellation either;
+  CancelLink from_client(both ? options_.cancel : nullptr, either);
+  CancelLink from_call(both ? call.cancel : nullptr, either);
+  Cancellation* cancel = both ? &either : (call.cancel != nullptr ? call.cancel : options_.cancel);
+  const auto cancelled = [] { return ApiError{0, "Cancelled", "request cancelled"}; };
+  const auto too_late = [] {
+    return ApiError{0, "Timeout", "the call's deadline passed before it could be sent"};
+  };
+  if (!limiter_.Wait(cancel, call.deadline))
+    return cancel != nullptr && cancel->IsCancelled() ? cancelled() : too_late();
+  if (cancel != nullptr && cancel->IsCancelled())
+    return cancelled();
+  if (call.deadline && std::chrono::steady_clock::now() >= *call.deadline)
+    return too_late();
   HttpRequest request;
   request.method = method;
   request.path = path;
   request.timeout = options_.timeout;
+  request.cancel = cancel;
+  request.deadline = call.deadline;
   Authorize(request);
   if (body) {
     request.headers["Content-Type"] = content_type;
@@ -229,8 +265,8 @@ Result<Json> RestClient::Do(const std::string& verb, const std::string& method,
   return parsed;
 }
 
-Result<Json> RestClient::Get(const ResourceRef& ref) {
-  return Do("get", "GET", ref.Path(), nullptr);
+Result<Json> RestClient::Get(const ResourceRef& ref, const CallOptions& call) {
+  return Do("get", "GET", ref.Path(), nullptr, "application/json", nullptr, call);
 }
 
 Result<Json> RestClient::Discover(const std::string& group, const std::string& version) {
@@ -254,19 +290,23 @@ Result<Json> RestClient::List(const ResourceRef& ref, const ListOptions& options
   return Do("list", "GET", path, nullptr, "application/json", &filter);
 }
 
-Result<Json> RestClient::Create(const ResourceRef& ref, const Json& object) {
-  return Do("create", "POST", ref.Named("").Path(), &object);
+Result<Json> RestClient::Create(const ResourceRef& ref, const Json& object,
+                                const CallOptions& call) {
+  return Do("create", "POST", ref.Named("").Path(), &object, "application/json", nullptr, call);
 }
 
-Result<Json> RestClient::Update(const ResourceRef& ref, const Json& object) {
-  return Do("update", "PUT", ref.Path(), &object);
+Result<Json> RestClient::Update(const ResourceRef& ref, const Json& object,
+                                const CallOptions& call) {
+  return Do("update", "PUT", ref.Path(), &object, "application/json", nullptr, call);
 }
 
-Result<Json> RestClient::Patch(const ResourceRef& ref, PatchType type, const Json& patch) {
-  return Do("patch", "PATCH", ref.Path(), &patch, PatchContentType(type));
+Result<Json> RestClient::Patch(const ResourceRef& ref, PatchType type, const Json& patch,
+                               const CallOptions& call) {
+  return Do("patch", "PATCH", ref.Path(), &patch, PatchContentType(type), nullptr, call);
 }
 
-Result<Json> RestClient::Delete(const ResourceRef& ref, const DeleteOptions& options) {
+Result<Json> RestClient::Delete(const ResourceRef& ref, const DeleteOptions& options,
+                                const CallOptions& call) {
   Json body = {{"apiVersion", "v1"}, {"kind", "DeleteOptions"}};
   if (options.propagation_policy)
     body["propagationPolicy"] = *options.propagation_policy;
@@ -277,15 +317,17 @@ Result<Json> RestClient::Delete(const ResourceRef& ref, const DeleteOptions& opt
   if (options.precondition_resource_version) {
     body["preconditions"]["resourceVersion"] = *options.precondition_resource_version;
   }
-  return Do("delete", "DELETE", ref.Path(), &body);
+  return Do("delete", "DELETE", ref.Path(), &body, "application/json", nullptr, call);
 }
 
-Result<Json> RestClient::UpdateStatus(const ResourceRef& ref, const Json& object) {
-  return Do("update", "PUT", ref.Path("status"), &object);
+Result<Json> RestClient::UpdateStatus(const ResourceRef& ref, const Json& object,
+                                      const CallOptions& call) {
+  return Do("update", "PUT", ref.Path("status"), &object, "application/json", nullptr, call);
 }
 
-Result<Json> RestClient::PatchStatus(const ResourceRef& ref, PatchType type, const Json& patch) {
-  return Do("patch", "PATCH", ref.Path("status"), &patch, PatchContentType(type));
+Result<Json> RestClient::PatchStatus(const ResourceRef& ref, PatchType type, const Json& patch,
+                                     const CallOptions& call) {
+  return Do("patch", "PATCH", ref.Path("status"), &patch, PatchContentType(type), nullptr, call);
 }
 
 Result<WatchEvent> DecodeWatchEvent(std::string_view line,
@@ -324,7 +366,8 @@ Result<WatchEvent> DecodeWatchEvent(std::string_view line,
 Status RestClient::Watch(const ResourceRef& ref, const WatchOptions& options,
                          const std::function<bool(const WatchEvent&)>& on_event,
                          Cancellation& cancel) {
-  limiter_.Wait();
+  if (!limiter_.Wait(&cancel))
+    return Status::Ok();  // cancelled while waiting for the rate limiter
   std::string path = ref.Named("").Path() + "?watch=true";
   AddQuery(path, "labelSelector", options.label_selector);
   AddQuery(path, "fieldSelector", options.field_selector);

@@ -115,6 +115,20 @@ struct RestOptions {
   int burst = 30;
   std::chrono::milliseconds timeout{30000};  // for every request except watches
   RequestObserver observer;                  // optional
+  // Optional; must outlive the client. Once it is cancelled (at shutdown) every request except
+  // watches, in flight, waiting for the rate limiter or made later, ends promptly with an
+  // ApiError {0, "Cancelled"}. Watches end by their own `cancel`.
+  Cancellation* cancel = nullptr;
+};
+
+// Bounds for one call, besides the client's own (RestOptions).
+struct CallOptions {
+  // The call (its wait for the rate limiter included) ends by this time, with an ApiError
+  // {0, "Timeout"}: it is not sent when the time has passed or the limiter's delay would pass
+  // it. Lets a caller bound several requests together.
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+  // Optional: cancelling it ends the call as RestOptions::cancel does. Must outlive the call.
+  Cancellation* cancel = nullptr;
 };
 
 // Thread-safe: share one RestClient among all workers and informers.
@@ -123,23 +137,28 @@ class RestClient {
   // `transport` must outlive the client. `config` supplies the bearer token (if any).
   RestClient(HttpTransport& transport, const ClientConfig& config, RestOptions options = {});
 
-  Result<Json> Get(const ResourceRef& ref);
+  // The single-object verbs below take optional per-call bounds (CallOptions).
+  Result<Json> Get(const ResourceRef& ref, const CallOptions& call = {});
   // The discovery document of group/version (/apis/<group>/<version>, /api/v1 for the core
   // group ""): an APIResourceList. 404 when the server does not serve that group/version.
   Result<Json> Discover(const std::string& group, const std::string& version);
   // Returns the List object ({"metadata": {"resourceVersion"...}, "items": [...]}).
   Result<Json> List(const ResourceRef& ref, const ListOptions& options = {});
   // Creates `object` in ref's namespace (ref.name is ignored).
-  Result<Json> Create(const ResourceRef& ref, const Json& object);
+  Result<Json> Create(const ResourceRef& ref, const Json& object, const CallOptions& call = {});
   // Replaces the object (PUT). Include metadata.resourceVersion for optimistic concurrency:
   // a stale one fails with a 409 Conflict.
-  Result<Json> Update(const ResourceRef& ref, const Json& object);
-  Result<Json> Patch(const ResourceRef& ref, PatchType type, const Json& patch);
+  Result<Json> Update(const ResourceRef& ref, const Json& object, const CallOptions& call = {});
+  Result<Json> Patch(const ResourceRef& ref, PatchType type, const Json& patch,
+                     const CallOptions& call = {});
   // Returns what the server returns: the object (when finalizers delay it) or a Status.
-  Result<Json> Delete(const ResourceRef& ref, const DeleteOptions& options = {});
+  Result<Json> Delete(const ResourceRef& ref, const DeleteOptions& options = {},
+                      const CallOptions& call = {});
   // The status subresource: only .status of `object` is applied.
-  Result<Json> UpdateStatus(const ResourceRef& ref, const Json& object);
-  Result<Json> PatchStatus(const ResourceRef& ref, PatchType type, const Json& patch);
+  Result<Json> UpdateStatus(const ResourceRef& ref, const Json& object,
+                            const CallOptions& call = {});
+  Result<Json> PatchStatus(const ResourceRef& ref, PatchType type, const Json& patch,
+                           const CallOptions& call = {});
 
   // Watches ref's collection; calls `on_event` for every event until the server ends the
   // stream (returns Ok), `on_event` returns false (Ok), `cancel` fires (Ok) or the request
@@ -151,7 +170,7 @@ class RestClient {
   // `response_filter`: parse the response keeping only what it keeps (null: everything).
   Result<Json> Do(const std::string& verb, const std::string& method, const std::string& path,
                   const Json* body, const std::string& content_type = "application/json",
-                  const FieldFilter* response_filter = nullptr);
+                  const FieldFilter* response_filter = nullptr, const CallOptions& call = {});
   void Authorize(HttpRequest& request);
   void Observe(const std::string& verb, int code);
 

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -21,6 +22,13 @@ struct HttpRequest {
   std::string body;
   // The whole exchange (for Stream: the longest silence between two chunks) may take this long.
   std::chrono::milliseconds timeout{30000};
+  // Send only (Stream takes its cancellation as an argument). When set, cancelling it ends the
+  // exchange promptly with reason "Cancelled"; a request already sent may still take effect on
+  // the server. It must outlive the call.
+  Cancellation* cancel = nullptr;
+  // Send only. When set, the exchange also ends at this time, with reason "Timeout": it bounds
+  // several requests together (leader election's renew deadline) where `timeout` bounds one.
+  std::optional<std::chrono::steady_clock::time_point> deadline;
 };
 
 struct HttpResponse {
@@ -36,7 +44,9 @@ class HttpTransport {
 
   // Sends one request and reads the whole response. Any HTTP status is a value (the caller
   // interprets 4xx/5xx); an ApiError with code 0 means no response: connection or TLS
-  // failure ("Transport"), `timeout` elapsed ("Timeout").
+  // failure ("Transport"), `timeout` or `deadline` passed ("Timeout"), `cancel` cancelled
+  // ("Cancelled"). A test double may ignore `cancel` and `deadline` (the REST client checks
+  // both before it sends).
   virtual Result<HttpResponse> Send(const HttpRequest& request) = 0;
 
   // Sends a request whose response body is a stream of newline-delimited records (a watch).

@@ -13,6 +13,8 @@
 #include <atomic>
 #include <boost/asio/ssl.hpp>
 #include <cctype>
+#include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <iterator>
 #include <map>
@@ -165,6 +167,25 @@ void ApplyTls(ssl::context& ctx, const TlsMaterial& m, bool insecure_skip_tls_ve
   }
 }
 
+// Waits until `task` has finished or `deadline` has come, whichever is first; true when it
+// finished. (pplx tasks have no timed wait.)
+template <typename T>
+bool FinishesBy(const pplx::task<T>& task, std::chrono::steady_clock::time_point deadline) {
+  struct Done {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+  };
+  auto state = std::make_shared<Done>();
+  task.then([state](pplx::task<T>) {
+    std::lock_guard<std::mutex> lock(state->mu);
+    state->done = true;
+    state->cv.notify_all();
+  });
+  std::unique_lock<std::mutex> lock(state->mu);
+  return state->cv.wait_until(lock, deadline, [&state] { return state->done; });
+}
+
 std::string Lower(std::string s) {
   for (char& c : s)
     c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -177,12 +198,33 @@ class CpprestTransport final : public HttpTransport {
       : config_(std::move(config)), tls_(std::move(tls)) {}
 
   Result<HttpResponse> Send(const HttpRequest& request) override {
+    // Cancelling the token makes cpprestsdk close the connection, which ends the exchange; the
+    // deadline, having no timer of its own here, cancels it the same way.
+    pplx::cancellation_token_source source;
+    const uint64_t reg =
+        request.cancel != nullptr ? request.cancel->Register([&source] { source.cancel(); }) : 0;
+    struct Unregister {
+      Cancellation* c;
+      uint64_t id;
+      ~Unregister() {
+        if (c != nullptr)
+          c->Unregister(id);
+      }
+    } unregister{request.cancel, reg};
+    bool deadline_passed = false;
     try {
-      http::http_response response = Client(request.timeout).request(ToCpprest(request)).get();
-      HttpResponse out = Headers(response);
-      out.body = response.extract_utf8string(true).get();
-      return out;
+      pplx::task<HttpResponse> exchange =
+          Client(request.timeout).request(ToCpprest(request), source.get_token()).then(ReadWhole);
+      if (request.deadline && !FinishesBy(exchange, *request.deadline)) {
+        deadline_passed = true;
+        source.cancel();
+      }
+      return exchange.get();
     } catch (const std::exception& e) {
+      if (request.cancel != nullptr && request.cancel->IsCancelled())
+        return ApiError{0, "Cancelled", "request cancelled"};
+      if (deadline_passed)
+        return ApiError{0, "Timeout", "no response before the deadline"};
       return Failure(e);
     }
   }
@@ -283,6 +325,15 @@ class CpprestTransport final : public HttpTransport {
                    ct == request.headers.end() ? std::string("application/json") : ct->second);
     }
     return req;
+  }
+
+  // The response with its whole body, once read.
+  static pplx::task<HttpResponse> ReadWhole(http::http_response response) {
+    return response.extract_utf8string(true).then([head = Headers(response)](std::string body) {
+      HttpResponse out = head;
+      out.body = std::move(body);
+      return out;
+    });
   }
 
   static HttpResponse Headers(const http::http_response& response) {

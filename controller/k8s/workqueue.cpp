@@ -99,12 +99,12 @@ std::optional<std::string> WorkQueue::GetUntil(Clock::time_point deadline) {
 std::optional<std::string> WorkQueue::GetImpl(std::optional<Clock::time_point> deadline) {
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
+    if (shutting_down_)
+      return std::nullopt;
     auto now = Clock::now();
     PromoteDueLocked(now);
     if (!queue_.empty())
       break;
-    if (shutting_down_)
-      return std::nullopt;
     if (deadline && now >= *deadline)
       return std::nullopt;
     std::optional<Clock::time_point> wake = deadline;
@@ -137,6 +137,8 @@ void WorkQueue::Done(const std::string& item) {
 void WorkQueue::ShutDown() {
   std::lock_guard<std::mutex> lock(mu_);
   shutting_down_ = true;
+  queue_.clear();
+  dirty_.clear();  // nothing is re-queued by Done either
   waiting_.clear();
   cv_.notify_all();
 }

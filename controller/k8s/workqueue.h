@@ -47,7 +47,8 @@ class WorkQueueRateLimiter {
 //  - an item is queued at most once however often it is added before a worker takes it;
 //  - an item is never handed to two workers at once: added while being processed, it is
 //    queued again only when the worker calls Done;
-//  - after ShutDown, Add is ignored and Get returns nullopt once the queue is empty.
+//  - after ShutDown nothing more is handed out: Get returns nullopt at once, and the items
+//    still queued, delayed or to be re-queued by Done are dropped; Add is ignored.
 class WorkQueue {
  public:
   using Clock = std::chrono::steady_clock;
@@ -67,12 +68,15 @@ class WorkQueue {
   int NumRequeues(const std::string& item) const;
 
   // Blocks until an item is ready and returns it, marking it as being processed; nullopt
-  // when the queue is shut down and empty. The caller must call Done(item) afterwards.
+  // once the queue is shut down (even with items queued). The caller must call Done(item)
+  // afterwards.
   std::optional<std::string> Get();
   // Like Get, but gives up (nullopt) at `deadline`.
   std::optional<std::string> GetUntil(Clock::time_point deadline);
   void Done(const std::string& item);
 
+  // Drops every queued and delayed item and wakes every Get (they return nullopt). Items
+  // being processed stay so until Done, which then re-queues nothing. Idempotent.
   void ShutDown();
   bool ShuttingDown() const;
   // Items ready to be handed out (not counting delayed or in-process ones).

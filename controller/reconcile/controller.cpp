@@ -208,10 +208,13 @@ void Controller::Stop() {
     workers = std::move(workers_);  // a RunWorkers after this starts nothing
   }
   queue_.ShutDown();
-  for (auto& t : workers)
-    t.join();
+  if (options_.cancel_requests != nullptr)
+    options_.cancel_requests->Cancel();
+  // Informers first: the workers still read the caches, which stay as they are.
   for (auto* informer : {jobs_.get(), pods_.get(), nodes_.get()})
     informer->Stop();
+  for (auto& t : workers)
+    t.join();
 }
 
 void Controller::Enqueue(const std::string& key) {
@@ -300,6 +303,11 @@ void Controller::Worker() {
         result = "conflict";
         break;
       case ReconcileOutcome::Result::kError:
+        if (queue_.ShuttingDown()) {  // its requests were cancelled; nothing is retried
+          spdlog::info("reconcile {} stopped by shutdown: {}", *key, outcome.error);
+          result = "error";
+          break;
+        }
         spdlog::warn("reconcile {} failed: {}; retrying", *key, outcome.error);
         queue_.AddRateLimited(*key);
         result = "error";

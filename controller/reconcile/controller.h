@@ -58,6 +58,9 @@ struct ControllerOptions {
   // How long whether a gang scheduler's PodGroup CRD is served is remembered; a job waiting
   // for it is looked at again this often.
   std::chrono::steady_clock::duration discovery_ttl = std::chrono::seconds(10);
+  // Optional: the client's RestOptions::cancel. Stop cancels it once the queue is shut down,
+  // so that a reconcile's request in flight ends at once instead of at its timeout.
+  k8s::Cancellation* cancel_requests = nullptr;
 };
 
 // What one reconcile did, for the worker loop and tests.
@@ -88,7 +91,11 @@ class Controller {
   // Starts the reconcile workers (after WaitForSync). Idempotent; nothing after Stop. May race
   // Stop (leadership won on the elector's thread while the process is told to stop).
   void RunWorkers();
-  // Shuts the queue down, lets workers finish the key in hand, stops informers. Idempotent.
+  // Shuts the queue down (the queued keys are dropped: no worker takes another), cancels the
+  // requests in flight (options.cancel_requests), stops the informers and waits for the
+  // workers to return from the key in hand. After it returns no worker sends a request.
+  // Without cancel_requests a request in flight may hold it up to the client's timeout.
+  // Idempotent.
   void Stop();
 
   // Reconciles the job `key` ("namespace/name") once, now. For the workers and for tests.

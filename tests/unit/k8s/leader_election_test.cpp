@@ -1,14 +1,19 @@
 // Leader election against the in-memory API server: acquire, renew through a conflict,
 // release, hand-over between two candidates, takeover after a silent holder's lease
-// expires, stepping down when renewals fail. Waits are on conditions with deadlines.
+// expires, stepping down when renewals fail; and, over the real transport, stepping down at
+// the renew deadline when a renewal never gets an answer. Waits are on conditions with
+// deadlines.
 #include "controller/k8s/leader_election.h"
 
 #include <gtest/gtest.h>
 
+#include <mutex>
 #include <thread>
 
 #include "controller/k8s/events.h"
+#include "controller/k8s/transport_cpprest.h"
 #include "tests/unit/k8s/fake_apiserver.h"
+#include "tests/unit/k8s/loopback_server.h"
 
 namespace tessera::k8s {
 namespace {
@@ -166,7 +171,89 @@ TEST_F(K8sLeaderElectionTest, StepsDownWhenRenewalsFailForTheRenewDeadline) {
   ASSERT_TRUE(Eventually([&] { return a.returned.load(); }));
   EXPECT_TRUE(a.stopped.load());
   EXPECT_FALSE(a.elector->IsLeader());
-  EXPECT_GE(std::chrono::steady_clock::now() - failing_from, 600ms - 50ms);
+  // The deadline counts from the start of the last successful renewal: at most a retry period
+  // (50 ms) and that renewal's own time before the failures began.
+  EXPECT_GE(std::chrono::steady_clock::now() - failing_from, 600ms - 100ms);
+}
+
+// A renewal whose update never gets an answer (an apiserver that takes reads but black-holes
+// writes) must not keep the leader leading past its renew deadline, while another replica may
+// take the Lease at the lease duration: each attempt's requests end at the deadline, not at
+// the client's request timeout (10 s here).
+TEST(K8sLeaderElectionHungRenewTest, StepsDownAtTheRenewDeadlineWhenARenewalNeverAnswers) {
+  std::mutex mu;
+  Json stored;  // the Lease; null until created
+  std::atomic<bool> put_seen{false};
+  testing::LoopbackServer server([&](int conn, const testing::LoopbackServer::Request& r) {
+    auto reply = [conn](const char* status, const Json& body) {
+      const std::string text = body.dump();
+      testing::LoopbackServer::Write(
+          conn, std::string("HTTP/1.1 ") + status +
+                    "\r\nContent-Type: application/json\r\nContent-Length: " +
+                    std::to_string(text.size()) + "\r\nConnection: close\r\n\r\n" + text);
+    };
+    if (r.method == "PUT") {
+      put_seen = true;
+      testing::LoopbackServer::HoldUntilClosed(conn);
+      return;
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    if (r.method == "POST") {
+      stored = Json::parse(r.body);
+      stored["metadata"]["resourceVersion"] = "1";
+      reply("201 Created", stored);
+    } else if (stored.is_null()) {
+      reply("404 Not Found", {{"kind", "Status"}, {"code", 404}, {"reason", "NotFound"}});
+    } else {
+      reply("200 OK", stored);
+    }
+  });
+  ClientConfig config;
+  config.server = server.url();
+  auto transport = NewCpprestTransport(config);
+  ASSERT_TRUE(transport.ok()) << transport.error();
+  RestOptions options;
+  options.qps = 0;
+  options.timeout = 10s;
+  RestClient client(**transport, config, options);
+
+  LeaderElectionConfig c;
+  c.lease_namespace = "kube-system";
+  c.lease_name = "tessera-controller";
+  c.identity = "a";
+  c.lease_duration = 1500ms;
+  c.renew_deadline = 1000ms;
+  c.retry_period = 200ms;
+  std::atomic<bool> started{false}, stopped{false};
+  std::chrono::steady_clock::time_point started_at, stopped_at;
+  c.on_started_leading = [&] {
+    started_at = std::chrono::steady_clock::now();
+    started = true;
+  };
+  c.on_stopped_leading = [&] {
+    stopped_at = std::chrono::steady_clock::now();
+    stopped = true;
+  };
+  ASSERT_EQ(ValidateLeaderElectionConfig(c), "");
+  LeaderElector elector(client, c);
+  Cancellation stop;
+  std::thread run([&] { elector.Run(stop); });
+  struct Join {
+    Cancellation& stop;
+    std::thread& t;
+    ~Join() {
+      stop.Cancel();
+      t.join();
+    }
+  } join{stop, run};
+
+  ASSERT_TRUE(Eventually([&] { return started.load(); }, 5s));
+  ASSERT_TRUE(Eventually([&] { return put_seen.load(); }, 5s)) << "no renewal was tried";
+  ASSERT_TRUE(Eventually([&] { return stopped.load(); }, 5s))
+      << "still leading with a renewal hung past the renew deadline";
+  // Leadership began (acquire) before started_at: it ends by the renew deadline after that.
+  EXPECT_LT(stopped_at - started_at, c.renew_deadline + 300ms);
+  EXPECT_FALSE(elector.IsLeader());
 }
 
 TEST(K8sLeaderElectionConfigTest, RejectsInconsistentDurations) {

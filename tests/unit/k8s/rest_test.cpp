@@ -1,8 +1,11 @@
 // The REST client against the in-memory API server: paths, verbs, content types, errors as
-// values, bearer tokens, request counters, and the token bucket behind --qps/--burst.
+// values, bearer tokens, request counters, the token bucket behind --qps/--burst, and the
+// cancellation and deadlines that end calls waiting for it.
 #include "controller/k8s/rest.h"
 
 #include <gtest/gtest.h>
+
+#include <future>
 
 #include "tests/unit/k8s/fake_apiserver.h"
 
@@ -304,6 +307,49 @@ TEST(K8sTokenBucketTest, BurstIsFreeThenRequestsQueueAtTheRate) {
   TokenBucket unlimited(0, 1);
   for (int i = 0; i < 100; ++i)
     EXPECT_EQ(unlimited.Reserve(), TokenBucket::Clock::duration::zero());
+}
+
+// At shutdown (RestOptions::cancel) a call waiting for the rate limiter ends at once, and no
+// later call is sent; a call whose deadline the limiter's delay would pass is not sent either.
+TEST(K8sRestClientCancellationTest, CancellationAndDeadlinesEndCallsWaitingForTheRateLimiter) {
+  using namespace std::chrono_literals;
+  FakeApiServer server;
+  Cancellation shutdown;
+  RestOptions options;
+  options.qps = 0.01;  // after the first call, the next waits 100 s
+  options.burst = 1;
+  options.cancel = &shutdown;
+  RestClient client(server, ClientConfig{}, options);
+  const ResourceRef cm = ConfigMaps("ns").Named("cm");
+  ASSERT_TRUE(client.Get(cm).error().IsNotFound());
+
+  auto start = std::chrono::steady_clock::now();
+  auto late = client.Get(cm, {.deadline = start + 200ms});
+  ASSERT_FALSE(late.ok());
+  EXPECT_EQ(late.error().reason, "Timeout");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 150ms) << "gave up at once, unsent";
+
+  auto waiting = std::async(std::launch::async, [&] { return client.Get(cm); });
+  EXPECT_EQ(waiting.wait_for(50ms), std::future_status::timeout) << "waits for the limiter";
+  shutdown.Cancel();
+  ASSERT_EQ(waiting.wait_for(5s), std::future_status::ready);
+  auto cancelled = waiting.get();
+  ASSERT_FALSE(cancelled.ok());
+  EXPECT_EQ(cancelled.error().reason, "Cancelled");
+  EXPECT_EQ(cancelled.error().code, 0);
+  EXPECT_EQ(client.Create(cm.Named(""), {{"metadata", {{"name", "cm"}}}}).error().reason,
+            "Cancelled");
+  EXPECT_EQ(server.CountRequests("GET", "/api/v1"), 1u) << "only the first call was sent";
+  EXPECT_EQ(server.CountRequests("POST", "/api/v1"), 0u);
+
+  // A call's own cancellation, on a client without one.
+  RestClient plain(server, ClientConfig{});
+  Cancellation call_cancel;
+  call_cancel.Cancel();
+  CallOptions call;
+  call.cancel = &call_cancel;
+  EXPECT_EQ(plain.Get(cm, call).error().reason, "Cancelled");
+  EXPECT_EQ(server.CountRequests("GET", "/api/v1"), 1u);
 }
 
 }  // namespace

@@ -4,28 +4,24 @@
 // exercised against a real API server in tests/cluster/k8s.)
 #include "controller/k8s/transport_cpprest.h"
 
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
-#include <atomic>
 #include <chrono>
 #include <cstdlib>
-#include <functional>
+#include <future>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <vector>
 
 #include "controller/k8s/rest.h"
+#include "tests/unit/k8s/loopback_server.h"
 
 namespace tessera::k8s {
 namespace {
+
+using testing::LoopbackServer;
 
 TEST(K8sCpprestTransportTest, RejectsUnusableConfigurationWithTheFieldNamed) {
   struct Case {
@@ -92,8 +88,8 @@ TEST(K8sCpprestTransportTest, SystemCaBundleIsSkippedOnlyWhenNoConnectionCanUseI
   ClientConfig plain;
   plain.server = "http://127.0.0.1:8080";
   auto expect = [](const char* preset, std::vector<ClientConfig> configs, const char* want) {
-    EXPECT_EXIT(std::exit(CaFileAfter(preset, configs) == want ? 0 : 1), testing::ExitedWithCode(0),
-                "")
+    EXPECT_EXIT(std::exit(CaFileAfter(preset, configs) == want ? 0 : 1),
+                ::testing::ExitedWithCode(0), "")
         << "want SSL_CERT_FILE " << want;
   };
   expect(nullptr, {system_cas}, "unset");
@@ -103,81 +99,6 @@ TEST(K8sCpprestTransportTest, SystemCaBundleIsSkippedOnlyWhenNoConnectionCanUseI
   expect("/etc/my-cas.pem", {insecure}, "/dev/null");
   expect("/etc/my-cas.pem", {system_cas}, "/etc/my-cas.pem");
 }
-
-// A plain-HTTP server on 127.0.0.1, one request per connection: it records each request's
-// path and hands the connection to the test's handler, which writes the whole response.
-class LoopbackServer {
- public:
-  using Handler = std::function<void(int conn, const std::string& path)>;
-
-  explicit LoopbackServer(Handler handler) : handler_(std::move(handler)) {
-    fd_ = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof addr;
-    if (bind(fd_, reinterpret_cast<sockaddr*>(&addr), len) != 0 || listen(fd_, 8) != 0 ||
-        getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-      ADD_FAILURE() << "cannot listen on 127.0.0.1";
-      return;
-    }
-    port_ = ntohs(addr.sin_port);
-    thread_ = std::thread([this] { Serve(); });
-  }
-  ~LoopbackServer() {
-    stop_ = true;
-    if (thread_.joinable())
-      thread_.join();
-    close(fd_);
-  }
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
-  std::vector<std::string> paths() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return paths_;
-  }
-
-  static void Write(int conn, const std::string& bytes) {
-    for (size_t sent = 0; sent < bytes.size();) {
-      ssize_t n = write(conn, bytes.data() + sent, bytes.size() - sent);
-      if (n <= 0)
-        return;
-      sent += static_cast<size_t>(n);
-    }
-  }
-
- private:
-  void Serve() {
-    while (!stop_) {
-      pollfd p{fd_, POLLIN, 0};
-      if (poll(&p, 1, 50) <= 0)
-        continue;
-      int conn = accept(fd_, nullptr, nullptr);
-      if (conn < 0)
-        continue;
-      std::string request;
-      char buf[4096];
-      for (ssize_t n;
-           request.find("\r\n\r\n") == std::string::npos && (n = read(conn, buf, sizeof buf)) > 0;)
-        request.append(buf, static_cast<size_t>(n));
-      const size_t start = request.find(' ') + 1;
-      const std::string path = request.substr(start, request.find(' ', start) - start);
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        paths_.push_back(path);
-      }
-      handler_(conn, path);
-      close(conn);
-    }
-  }
-
-  Handler handler_;
-  int fd_ = -1;
-  int port_ = 0;
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
-  std::mutex mu_;
-  std::vector<std::string> paths_;
-};
 
 Result<std::unique_ptr<HttpTransport>, std::string> TransportTo(const LoopbackServer& server) {
   ClientConfig config;
@@ -189,8 +110,8 @@ Result<std::unique_ptr<HttpTransport>, std::string> TransportTo(const LoopbackSe
 // the Location points (and cpprestsdk's follower races with its own I/O thread).
 TEST(K8sCpprestTransportTest, ReturnsARedirectInsteadOfFollowingIt) {
   const std::string location = "/elsewhere";  // cpprestsdk would resolve it against the request
-  LoopbackServer server([&location](int conn, const std::string& path) {
-    LoopbackServer::Write(conn, path != location
+  LoopbackServer server([&location](int conn, const LoopbackServer::Request& r) {
+    LoopbackServer::Write(conn, r.path != location
                                     ? "HTTP/1.1 302 Found\r\nLocation: " + location +
                                           "\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
                                     : std::string("HTTP/1.1 200 OK\r\nContent-Length: 8\r\n"
@@ -220,6 +141,50 @@ TEST(K8sCpprestTransportTest, ReturnsARedirectInsteadOfFollowingIt) {
       << discovered.error().message;
 }
 
+// A request to a server that never answers ends when its cancellation fires (shutdown) or its
+// deadline passes (leader election's renew deadline), long before its own timeout.
+TEST(K8sCpprestTransportTest, SendToAServerThatNeverAnswersEndsOnCancelOrDeadline) {
+  using namespace std::chrono_literals;
+  struct Case {
+    const char* name;
+    bool cancel;  // else a deadline 300 ms after the send
+    std::string reason;
+  };
+  const Case cases[] = {{"cancelled", true, "Cancelled"}, {"deadline", false, "Timeout"}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    LoopbackServer server(
+        [](int conn, const LoopbackServer::Request&) { LoopbackServer::HoldUntilClosed(conn); });
+    auto transport = TransportTo(server);
+    ASSERT_TRUE(transport.ok()) << transport.error();
+    Cancellation cancel;
+    HttpRequest request;
+    request.method = "PUT";
+    request.path = "/hangs";
+    request.body = "{}";
+    request.timeout = 30s;
+    request.cancel = &cancel;
+    const auto sent = std::chrono::steady_clock::now();
+    if (!c.cancel)
+      request.deadline = sent + 300ms;
+    auto result = std::async(std::launch::async, [&] { return (*transport)->Send(request); });
+    if (c.cancel) {
+      // Cancel once the server holds the request: the exchange is in flight.
+      const auto limit = sent + 10s;
+      while (server.paths().empty() && std::chrono::steady_clock::now() < limit)
+        std::this_thread::yield();
+      ASSERT_EQ(server.paths(), std::vector<std::string>{"/hangs"});
+      cancel.Cancel();
+    }
+    ASSERT_EQ(result.wait_for(5s), std::future_status::ready) << "still waiting for an answer";
+    const auto response = result.get();
+    EXPECT_LT(std::chrono::steady_clock::now() - sent, 2s);
+    ASSERT_FALSE(response.ok());
+    EXPECT_EQ(response.error().code, 0);
+    EXPECT_EQ(response.error().reason, c.reason) << response.error().message;
+  }
+}
+
 // A watch body arrives in whatever pieces the network makes: the reader hands over every line
 // whole and once, however the bytes were split, including lines longer than its 64 KiB chunk,
 // a burst of many lines at once, CRLF endings, empty lines (skipped) and a last line without
@@ -241,7 +206,7 @@ TEST(K8sCpprestTransportTest, StreamCutsLinesAcrossAnyChunking) {
                                            long_line.substr(70000) + "\n",
                                            burst,
                                            "last, no newline"};
-  LoopbackServer server([&pieces](int conn, const std::string&) {
+  LoopbackServer server([&pieces](int conn, const LoopbackServer::Request&) {
     // No Content-Length and no chunked encoding: the body ends when the connection closes.
     LoopbackServer::Write(conn, "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n");
     for (const std::string& piece : pieces) {

@@ -46,13 +46,26 @@ TEST(K8sWorkQueueTest, ItemAddedWhileProcessingComesBackOnlyAfterDone) {
   EXPECT_EQ(q.Len(), 0u) << "not re-added: done for good";
 }
 
-TEST(K8sWorkQueueTest, ShutDownDrainsThenReleasesBlockedWorkers) {
-  WorkQueue q;
-  q.Add("x");
+// After ShutDown (SIGTERM) no worker takes another key: Get returns nullopt at once though
+// keys were queued, delayed or re-added while in process, and Done re-queues nothing.
+TEST(K8sWorkQueueTest, ShutDownHandsOutNothingMoreAndReleasesBlockedWorkers) {
+  WorkQueue q(NoBucket());
+  q.Add("in-process");
+  ASSERT_EQ(q.Get(), "in-process");
+  q.Add("in-process");  // to be re-queued by Done
+  q.Add("queued-1");
+  q.Add("queued-2");
+  q.AddAfter("delayed", 1ms);
+  q.AddRateLimited("retried");
   q.ShutDown();
-  q.Add("y");  // ignored
+  q.Add("added-after");  // ignored
+  q.AddAfter("added-after-delayed", 0ms);
   EXPECT_TRUE(q.ShuttingDown());
-  EXPECT_EQ(q.Get(), "x");
+  EXPECT_EQ(q.Len(), 0u);
+  EXPECT_EQ(q.Get(), std::nullopt);
+  EXPECT_EQ(q.GetUntil(Clock::now() + 1h), std::nullopt) << "returns at once, not at the deadline";
+  q.Done("in-process");
+  EXPECT_EQ(q.Len(), 0u);
   EXPECT_EQ(q.Get(), std::nullopt);
 
   WorkQueue q2;
