@@ -137,6 +137,13 @@ void ProgressPoller::PollOnce() {
     snapshot.assign(targets_.begin(), targets_.end());
   }
   for (const auto& [key, target] : snapshot) {
+    {
+      // A stop waits for the read in progress only, not for the round (each read of a pod
+      // that does not answer takes the whole timeout).
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_)
+        return;
+    }
     auto body = reader_.Read(target.host, target.port, options_.timeout);
     std::optional<ProgressSample> sample;
     if (body)

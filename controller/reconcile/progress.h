@@ -83,7 +83,8 @@ class ProgressPoller {
   std::optional<ProgressSample> Latest(const std::string& key, const std::string& uid) const;
 
   // Start is idempotent and does nothing after Stop; the two may race (Start runs on the leader
-  // elector's thread).
+  // elector's thread). Stop waits for the read in progress (at most the timeout), not for the
+  // rest of the round.
   void Start();
   void Stop();
   // Reads every target once, now (the polling thread does this every interval).

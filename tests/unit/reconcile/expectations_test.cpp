@@ -8,6 +8,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <vector>
 
 #include "controller/reconcile/progress.h"
 
@@ -105,6 +106,27 @@ class ScriptedReader : public ProgressReader {
   std::optional<nlohmann::json> body;
   std::set<std::string> contacted;
 };
+
+// A stop ends the round after the read in progress: every read of a pod that does not answer
+// takes the whole timeout, so a round over many jobs would hold the controller's exit.
+TEST(ProgressPoller, StopEndsTheRoundAfterTheReadInProgress) {
+  struct StoppingReader : ProgressReader {
+    std::optional<nlohmann::json> Read(const std::string&, int port,
+                                       std::chrono::milliseconds) override {
+      read.push_back(port);
+      poller->Stop();  // as if SIGTERM came during this read (no thread: Stop does not join)
+      return std::nullopt;
+    }
+    ProgressPoller* poller = nullptr;
+    std::vector<int> read;
+  } reader;
+  ProgressPoller poller(reader, {ProgressPolling::kLoopbackOnly, 1h, 1s}, nullptr);
+  reader.poller = &poller;
+  for (int i = 0; i < 3; ++i)
+    poller.Track("ns/j" + std::to_string(i), "pod", 0, "127.0.0.1", 9400 + i);
+  poller.PollOnce();
+  EXPECT_EQ(reader.read, std::vector<int>{9400});
+}
 
 TEST(ProgressPoller, LoopbackOnlyNeverContactsPodIps) {
   ScriptedReader reader;
