@@ -1,10 +1,14 @@
-// DeviceMesh layout arithmetic (tables) and the communication settings from the environment.
+// DeviceMesh layout arithmetic (tables), the groups it creates on a real Gloo world run as
+// threads of this process, and the communication settings from the environment.
 #include "worker/comm/device_mesh.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <numeric>
 #include <set>
+
+#include "worker/comm/local_gang.h"
 
 namespace tessera::comm {
 namespace {
@@ -84,6 +88,10 @@ TEST(MeshShape, ParseTable) {
       {"data=2,data=2", std::nullopt, "given twice"},
       {"expert=2", std::nullopt, "unknown dimension"},
       {"data", std::nullopt, "name=size"},
+      {"data=2x", std::nullopt, "positive integer"},
+      {"tensor=", std::nullopt, "positive integer"},
+      {",data=2,,tensor=4", MeshShape{2, 1, 4}, ""},
+      {"tensor=2,pipeline=3,data=4", MeshShape{4, 3, 2}, ""},
   };
   for (const auto& c : cases) {
     std::string error;
@@ -93,7 +101,63 @@ TEST(MeshShape, ParseTable) {
       EXPECT_EQ(got->ToString(), c.shape->ToString()) << c.text;
     }
     EXPECT_NE(error.find(c.error), std::string::npos) << c.text << ": " << error;
+    // Without a place for the error the outcome is the same.
+    EXPECT_EQ(MeshShape::Parse(c.text, nullptr).has_value(), c.shape.has_value()) << c.text;
   }
+}
+
+TEST(MeshShape, NamesTable) {
+  EXPECT_EQ((MeshShape{2, 3, 4}).ToString(), "data=2,pipeline=3,tensor=4");
+  EXPECT_EQ((MeshShape{1, 1, 1}).ToString(), "data=1,pipeline=1,tensor=1");
+  const MeshShape round = *MeshShape::Parse((MeshShape{5, 6, 7}).ToString(), nullptr);
+  EXPECT_EQ((std::vector<int>{round.data, round.pipeline, round.tensor}),
+            (std::vector<int>{5, 6, 7}));
+  EXPECT_STREQ(ToString(MeshDim::kData), "data");
+  EXPECT_STREQ(ToString(MeshDim::kPipeline), "pipeline");
+  EXPECT_STREQ(ToString(MeshDim::kTensor), "tensor");
+}
+
+// On a world of 8 ranks as 2 x 2 x 2: every rank's coordinates, and along each dimension a
+// group whose members are exactly MeshShape's (checked by summing their world ranks through
+// the group), in coordinate order, named after the dimension and its group index.
+TEST(DeviceMesh, CreatesTheGroupsOfTheShape) {
+  for (const MeshShape& shape : {MeshShape{2, 2, 2}, MeshShape{1, 3, 2}}) {
+    RunThreadGang(shape.world_size(), [&](int rank, std::shared_ptr<ProcessGroup> world) {
+      const DeviceMesh mesh = DeviceMesh::Create(world, shape);
+      const std::string what = shape.ToString() + " rank " + std::to_string(rank);
+      EXPECT_EQ(mesh.coords(), shape.coords(rank)) << what;
+      EXPECT_EQ(&mesh.world(), world.get()) << what;
+      for (MeshDim dim : kMeshDims) {
+        const std::shared_ptr<ProcessGroup>& group = mesh.group(dim);
+        ASSERT_NE(group, nullptr) << what << " " << ToString(dim);
+        const std::vector<int> members = shape.group_ranks(rank, dim);
+        EXPECT_EQ(group->size(), shape.extent(dim)) << what << " " << ToString(dim);
+        EXPECT_EQ(group->rank(), shape.coords(rank)[dim]) << what << " " << ToString(dim);
+        EXPECT_EQ(group->world_ranks(), members) << what << " " << ToString(dim);
+        EXPECT_EQ(group->name(), world->name() + "/" + ToString(dim) +
+                                     std::to_string(shape.group_index(rank, dim)))
+            << what;
+        std::vector<int32_t> sum = {rank};
+        group->all_reduce(std::span<int32_t>(sum), ReduceOp::kSum)->wait();
+        EXPECT_EQ(sum[0], std::accumulate(members.begin(), members.end(), 0))
+            << what << " " << ToString(dim);
+      }
+    });
+  }
+}
+
+TEST(DeviceMesh, RefusesAShapeThatDoesNotFitTheWorld) {
+  RunThreadGang(2, [&](int rank, std::shared_ptr<ProcessGroup> world) {
+    for (const MeshShape& shape : {MeshShape{2, 2, 1}, MeshShape{1, 1, 1}}) {
+      try {
+        DeviceMesh::Create(world, shape);
+        ADD_FAILURE() << shape.ToString() << " accepted by rank " << rank;
+      } catch (const CommConfigError& e) {
+        EXPECT_NE(std::string(e.what()).find(shape.ToString()), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("the world has 2"), std::string::npos) << e.what();
+      }
+    }
+  });
 }
 
 TEST(CommOptions, TimeoutFromEnvironmentTable) {

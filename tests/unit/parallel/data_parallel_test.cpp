@@ -1,8 +1,14 @@
-// The data-parallel pieces: bucket plans and ZeRO-1 layouts (pure), and the reducer and the
-// shards on real Gloo groups of 2 and 3 ranks run as threads of this process.
+// The data-parallel pieces: bucket plans and ZeRO-1 layouts (pure), the reducer's timing
+// against a recording group, and the reducer and the shards on real Gloo groups of 2 and 3
+// ranks run as threads of this process.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
+#include <mutex>
 #include <numeric>
+#include <stdexcept>
+#include <string>
 #include <thread>
 
 #include "worker/comm/local_gang.h"
@@ -18,7 +24,48 @@ TEST(PlanBuckets, CoversTheBufferFromItsEnd) {
   EXPECT_EQ(PlanBuckets(10, 4), (std::vector<BufferRange>{{6, 10}, {2, 6}, {0, 2}}));
   EXPECT_EQ(PlanBuckets(8, 4), (std::vector<BufferRange>{{4, 8}, {0, 4}}));
   EXPECT_EQ(PlanBuckets(3, 100), (std::vector<BufferRange>{{0, 3}}));
+  EXPECT_EQ(PlanBuckets(9, 4), (std::vector<BufferRange>{{5, 9}, {1, 5}, {0, 1}}));
+  EXPECT_EQ(PlanBuckets(1, 1), (std::vector<BufferRange>{{0, 1}}));
   EXPECT_TRUE(PlanBuckets(0, 4).empty());
+}
+
+// Decisions at the edges of the ready-offset plan, one row each.
+TEST(PlanBuckets, ReadyOffsetsTable) {
+  struct Case {
+    const char* what;
+    int64_t count;
+    int64_t bucket_elements;
+    std::vector<int64_t> ready;
+    std::vector<BufferRange> want;
+  };
+  const std::vector<Case> cases = {
+      {"a report exactly the limit is one bucket", 8, 4, {0}, {{4, 8}, {0, 4}}},
+      {"a report of twice the limit: two buckets",
+       12,
+       3,
+       {6, 0},
+       {{9, 12}, {6, 9}, {3, 6}, {0, 3}}},
+      {"reports that fit exactly merge",
+       100,
+       30,
+       {80, 70, 0},
+       {{70, 100}, {47, 70}, {24, 47}, {0, 24}}},
+      {"no report at 0: the rest is final at the end",
+       100,
+       30,
+       {80, 50},
+       {{80, 100}, {50, 80}, {25, 50}, {0, 25}}},
+      {"no report at 0, one bucket before it", 10, 4, {8}, {{8, 10}, {4, 8}, {0, 4}}},
+      {"repeated offsets change nothing", 10, 4, {6, 6, 0, 0}, {{6, 10}, {3, 6}, {0, 3}}},
+      {"offsets outside the buffer are clamped to it",
+       10,
+       4,
+       {12, 6, -3},
+       {{6, 10}, {3, 6}, {0, 3}}},
+      {"one report at the end only", 5, 10, {5}, {{0, 5}}},
+  };
+  for (const Case& c : cases)
+    EXPECT_EQ(PlanBuckets(c.count, c.bucket_elements, c.ready), c.want) << c.what;
 }
 
 // Cut where backward reports: reports merge while they fit, a large one splits evenly, and no
@@ -70,6 +117,150 @@ TEST(ZeroLayout, ShardsTileTheBufferInRankOrder) {
     EXPECT_EQ(next, count) << count << "/" << ranks;
   }
   EXPECT_EQ((ZeroLayout{3, 4}).shard(3).size(), 0);  // more ranks than values: empty shards
+}
+
+// A group of one rank that performs nothing: it records, in issue order, each all-reduce (as
+// the range of `base` it covers) and each wait_event, and hands out works the test completes.
+class RecordingGroup : public comm::ProcessGroup {
+ public:
+  struct Work : comm::Work {
+    bool done = false;
+    int waits = 0;
+    void wait() override {
+      ++waits;
+      done = true;
+    }
+    bool completed() override { return done; }
+  };
+
+  explicit RecordingGroup(const float* base) : base_(base) {}
+
+  std::vector<std::string> log;  // "reduce [b,e)" or "event N"
+  std::vector<std::shared_ptr<Work>> works;
+
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  std::string backend() const override { return "recording"; }
+  const std::string& name() const override { return name_; }
+  const std::vector<int>& world_ranks() const override { return world_ranks_; }
+  std::shared_ptr<comm::Work> all_reduce(void* data, size_t count, comm::DataType,
+                                         comm::ReduceOp) override {
+    const int64_t begin = static_cast<const float*>(data) - base_;
+    log.push_back("reduce [" + std::to_string(begin) + "," +
+                  std::to_string(begin + static_cast<int64_t>(count)) + ")");
+    works.push_back(std::make_shared<Work>());
+    return works.back();
+  }
+  std::shared_ptr<comm::Work> reduce_scatter(const void*, void*, size_t, comm::DataType,
+                                             comm::ReduceOp) override {
+    return Unexpected();
+  }
+  std::shared_ptr<comm::Work> all_gather(const void*, void*, size_t, comm::DataType) override {
+    return Unexpected();
+  }
+  std::shared_ptr<comm::Work> broadcast(void*, size_t, comm::DataType, int) override {
+    return Unexpected();
+  }
+  std::shared_ptr<comm::Work> send(const void*, size_t, comm::DataType, int, uint32_t) override {
+    return Unexpected();
+  }
+  std::shared_ptr<comm::Work> recv(void*, size_t, comm::DataType, int, uint32_t) override {
+    return Unexpected();
+  }
+  std::shared_ptr<comm::Work> barrier() override { return Unexpected(); }
+  void wait_event(void* event) override {
+    log.push_back("event " + std::to_string(reinterpret_cast<intptr_t>(event)));
+  }
+  std::shared_ptr<comm::ProcessGroup> split(int, int, const std::string&) override {
+    throw comm::CommError("RecordingGroup: split");
+  }
+
+ private:
+  static std::shared_ptr<comm::Work> Unexpected() {
+    throw comm::CommError("RecordingGroup: only all_reduce is expected");
+  }
+  const float* base_;
+  std::string name_ = "recording";
+  std::vector<int> world_ranks_ = {0};
+};
+
+// Buckets of 2 over 10 values: [8,10) [6,8) [4,6) [2,4) [0,2). Each report starts exactly
+// the buckets it completes, from the end of the buffer toward its start.
+TEST(BucketReducer, StartsEveryBucketTheReportCompletesAndNoOther) {
+  struct Step {
+    int64_t first;
+    std::vector<std::string> started;
+  };
+  const std::vector<Step> steps = {
+      {10, {}},                               // nothing final yet
+      {9, {}},                                // [8,10) not whole yet
+      {8, {"reduce [8,10)"}},                 // the report ends exactly at a bucket
+      {8, {}},                                // a repeated report starts nothing more
+      {3, {"reduce [6,8)", "reduce [4,6)"}},  // two buckets at once
+      {0, {"reduce [2,4)", "reduce [0,2)"}},  // the rest
+  };
+  std::vector<float> grads(10);
+  auto group = std::make_shared<RecordingGroup>(grads.data());
+  BucketReducer reducer(group, grads, 2 * sizeof(float));
+  ASSERT_EQ(reducer.buckets().size(), 5u);
+  std::vector<std::string> want;
+  for (const Step& step : steps) {
+    reducer.GradientsReady(step.first);
+    want.insert(want.end(), step.started.begin(), step.started.end());
+    EXPECT_EQ(group->log, want) << "after the report at " << step.first;
+  }
+  const ReductionStats stats = reducer.Finish();
+  EXPECT_EQ(stats.buckets, 5);
+  EXPECT_EQ(group->log, want);  // nothing left to start
+}
+
+// Finish() counts what lagged (not started, or started and not complete), starts the rest,
+// waits for every bucket, and leaves the reducer ready for the next step.
+TEST(BucketReducer, FinishCountsLaggingBucketsWaitsForAllAndResets) {
+  std::vector<float> grads(10);
+  auto group = std::make_shared<RecordingGroup>(grads.data());
+  BucketReducer reducer(group, grads, 2 * sizeof(float));
+  for (int step = 0; step < 2; ++step) {
+    group->log.clear();
+    group->works.clear();
+    reducer.GradientsReady(4);  // starts [8,10) [6,8) [4,6)
+    ASSERT_EQ(group->works.size(), 3u) << "step " << step;
+    group->works[1]->done = true;  // [6,8) completed while backward ran
+    const ReductionStats stats = reducer.Finish();
+    EXPECT_EQ(stats.pending_at_finish, 4) << "step " << step;  // 2 unstarted + 2 incomplete
+    EXPECT_EQ(stats.buckets, 5) << "step " << step;
+    EXPECT_EQ(stats.bytes, 40) << "step " << step;
+    EXPECT_EQ(group->log, (std::vector<std::string>{"reduce [8,10)", "reduce [6,8)", "reduce [4,6)",
+                                                    "reduce [2,4)", "reduce [0,2)"}))
+        << "step " << step;
+    for (size_t i = 0; i < group->works.size(); ++i)
+      EXPECT_GE(group->works[i]->waits, 1) << "bucket " << i << " of step " << step;
+  }
+}
+
+// Smaller than a float: buckets of one value rather than none.
+TEST(BucketReducer, BucketBytesBelowOneValueMeanOneValuePerBucket) {
+  std::vector<float> grads(3);
+  auto group = std::make_shared<RecordingGroup>(grads.data());
+  BucketReducer reducer(group, grads, 1);
+  EXPECT_EQ(reducer.buckets(), (std::vector<BufferRange>{{2, 3}, {1, 2}, {0, 1}}));
+}
+
+// The device variant orders a bucket after the report's event exactly when the report starts
+// one, and before that bucket's all-reduce.
+TEST(BucketReducer, DeviceReportWaitsForItsEventOnlyWhenItStartsBuckets) {
+  std::vector<float> grads(10);
+  auto group = std::make_shared<RecordingGroup>(grads.data());
+  BucketReducer reducer(group, grads, 2 * sizeof(float));
+  const auto event = [](intptr_t n) { return reinterpret_cast<void*>(n); };
+  reducer.GradientsReady(9, event(1));  // completes no bucket: no wait
+  reducer.GradientsReady(6, event(2));
+  reducer.GradientsReady(5, event(3));  // nothing new
+  reducer.GradientsReady(0, event(4));
+  EXPECT_EQ(group->log,
+            (std::vector<std::string>{"event 2", "reduce [8,10)", "reduce [6,8)", "event 4",
+                                      "reduce [4,6)", "reduce [2,4)", "reduce [0,2)"}));
+  reducer.Finish();
 }
 
 // Runs fn(rank, group) on `ranks` threads, each with its own Gloo group.
@@ -127,6 +318,88 @@ TEST(ZeroShards, ReduceScatterThenAllGatherRebuildsTheUpdatedBuffer) {
         EXPECT_EQ(params[static_cast<size_t>(i)], static_cast<float>(i * 10 + owner)) << i;
       }
     });
+  }
+}
+
+// `n` floats that end where an inaccessible page begins: reading past them faults at once.
+class FloatsBeforeAGuardPage {
+ public:
+  explicit FloatsBeforeAGuardPage(size_t n) {
+    const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+    const size_t data_pages = (n * sizeof(float) + page - 1) / page;
+    length_ = (data_pages + 1) * page;
+    void* base =
+        ::mmap(nullptr, length_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED)
+      throw std::runtime_error("mmap failed");
+    base_ = static_cast<char*>(base);
+    if (::mprotect(base_ + data_pages * page, page, PROT_NONE) != 0)
+      throw std::runtime_error("mprotect failed");
+    floats_ = std::span<float>(reinterpret_cast<float*>(base_ + data_pages * page) - n, n);
+  }
+  ~FloatsBeforeAGuardPage() { ::munmap(base_, length_); }
+  FloatsBeforeAGuardPage(const FloatsBeforeAGuardPage&) = delete;
+  FloatsBeforeAGuardPage& operator=(const FloatsBeforeAGuardPage&) = delete;
+  std::span<float> floats() const { return floats_; }
+
+ private:
+  char* base_ = nullptr;
+  size_t length_ = 0;
+  std::span<float> floats_;
+};
+
+// Uneven counts, and more ranks than values: every value is owned by exactly one rank, the
+// collectives touch only the `count` values given (nothing past the gradients is read, the
+// guard values after the parameters survive), and the buffers round-trip.
+TEST(ZeroShards, UnevenCountsOwnEveryValueOnceAndTouchNothingPastTheBuffer) {
+  struct Case {
+    int64_t count;
+    int ranks;
+  };
+  constexpr float kGuard = -7.0f;
+  constexpr size_t kGuards = 8;
+  for (const Case& c : std::vector<Case>{{13, 2}, {7, 3}, {9, 4}, {2, 3}, {12, 3}}) {
+    std::vector<int> owners(static_cast<size_t>(c.count), 0);  // per value, how many ranks own it
+    std::mutex owners_mu;
+    OnGroup(c.ranks, [&](int rank, comm::ProcessGroup& group) {
+      std::shared_ptr<comm::ProcessGroup> g(&group, [](comm::ProcessGroup*) {});
+      ZeroShards zero(g, c.count);
+      const BufferRange own = zero.own();
+      EXPECT_EQ(own, zero.layout().shard(rank));
+      {
+        std::lock_guard<std::mutex> lock(owners_mu);
+        for (int64_t i = own.begin; i < own.end; ++i)
+          ++owners[static_cast<size_t>(i)];
+      }
+      const std::string what =
+          std::to_string(c.count) + "/" + std::to_string(c.ranks) + " rank " + std::to_string(rank);
+      // The gradients end at an inaccessible page: the padded collective must not read past.
+      const FloatsBeforeAGuardPage grads(static_cast<size_t>(c.count));
+      for (int64_t i = 0; i < c.count; ++i)
+        grads.floats()[static_cast<size_t>(i)] = static_cast<float>(i * (rank + 1));
+      const std::span<float> mine = zero.ReduceScatter(grads.floats());
+      ASSERT_EQ(static_cast<int64_t>(mine.size()), own.size()) << what;
+      const float mean_factor = static_cast<float>(c.ranks + 1) / 2.0f;  // mean of 1..ranks
+      for (int64_t i = 0; i < own.size(); ++i) {
+        EXPECT_FLOAT_EQ(mine[static_cast<size_t>(i)],
+                        static_cast<float>(own.begin + i) * mean_factor)
+            << what << " value " << own.begin + i;
+      }
+      std::vector<float> params(static_cast<size_t>(c.count) + kGuards, kGuard);
+      std::fill_n(params.begin(), c.count, -1.0f);
+      for (int64_t i = own.begin; i < own.end; ++i)
+        params[static_cast<size_t>(i)] = static_cast<float>(i * 10 + rank);
+      zero.AllGather(std::span<float>(params).first(static_cast<size_t>(c.count)));
+      for (int64_t i = 0; i < c.count; ++i) {
+        const int owner = static_cast<int>(i / zero.layout().shard_size());
+        EXPECT_EQ(params[static_cast<size_t>(i)], static_cast<float>(i * 10 + owner))
+            << what << " value " << i;
+      }
+      for (size_t i = static_cast<size_t>(c.count); i < params.size(); ++i)
+        EXPECT_EQ(params[i], kGuard) << what << ": AllGather wrote past the buffer at " << i;
+    });
+    for (int64_t i = 0; i < c.count; ++i)
+      EXPECT_EQ(owners[static_cast<size_t>(i)], 1) << c.count << "/" << c.ranks << " value " << i;
   }
 }
 

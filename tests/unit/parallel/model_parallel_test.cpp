@@ -4,10 +4,14 @@
 // pipeline group with both schedules.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <random>
 #include <set>
+#include <string>
 #include <thread>
 
 #include "worker/comm/local_gang.h"
@@ -40,6 +44,107 @@ TEST(PartitionStages, EqualBlocksSplitEvenlyAndTheHeadWeighsOnTheLastStage) {
   EXPECT_EQ(DescribeStages(PartitionStages(costs, 1)), "[0,8)");
   EXPECT_THROW(PartitionStages(costs, 9), std::invalid_argument);
   EXPECT_THROW(PartitionStages(costs, 0), std::invalid_argument);
+}
+
+// One row per decision: where the embedding weighs, ties, one block per stage.
+TEST(PartitionStages, SplitTable) {
+  struct Case {
+    const char* what;
+    std::vector<double> blocks;
+    double embedding;
+    double head;
+    int stages;
+    const char* want;
+    double max_cost;
+  };
+  const std::vector<Case> cases = {
+      {"the embedding weighs on the first stage", std::vector<double>(8, 1.0), 2.0, 0.0, 2,
+       "[0,3) [3,8)", 5.0},
+      {"a tie: the earlier split", std::vector<double>(7, 1.0), 0.0, 0.0, 2, "[0,3) [3,7)", 4.0},
+      {"as many stages as blocks",
+       {1.0, 2.0, 3.0, 4.0},
+       1.0,
+       1.0,
+       4,
+       "[0,1) [1,2) [2,3) [3,4)",
+       5.0},
+      {"one stage holds everything", {1.0, 2.0}, 3.0, 4.0, 1, "[0,2)", 10.0},
+      {"uneven blocks", {5.0, 1.0, 1.0, 1.0, 1.0, 5.0}, 0.0, 0.0, 3, "[0,1) [1,5) [5,6)", 5.0},
+  };
+  for (const Case& c : cases) {
+    const LayerCosts costs{c.blocks, c.embedding, c.head};
+    const std::vector<StageLayers> s = PartitionStages(costs, c.stages);
+    EXPECT_EQ(DescribeStages(s), c.want) << c.what;
+    double max_cost = 0;
+    for (const StageLayers& stage : s)
+      max_cost = std::max(max_cost, stage.cost);
+    EXPECT_DOUBLE_EQ(max_cost, c.max_cost) << c.what;
+  }
+}
+
+// Against every split, by brute force: the largest stage cost is the least possible, the
+// stages are contiguous runs of at least one block covering all, and each stage's cost is its
+// blocks' plus the embedding on the first and the head on the last.
+TEST(PartitionStages, LargestStageIsTheLeastOfAllSplits) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 300; trial++) {
+    LayerCosts costs;
+    const int blocks = 1 + static_cast<int>(rng() % 7);
+    for (int i = 0; i < blocks; i++)
+      costs.blocks.push_back(1.0 + static_cast<double>(rng() % 5));
+    costs.embedding = static_cast<double>(rng() % 4);
+    costs.head = static_cast<double>(rng() % 8);
+    const int stages = 1 + static_cast<int>(rng() % static_cast<unsigned>(blocks));
+    const auto cost_of = [&](int stage, int first, int end) {
+      double c = 0;
+      for (int i = first; i < end; i++)
+        c += costs.blocks[i];
+      return c + (stage == 0 ? costs.embedding : 0.0) + (stage == stages - 1 ? costs.head : 0.0);
+    };
+    // The least largest cost over all splits: cut points as a bitmask over the L-1 gaps.
+    double least = std::numeric_limits<double>::infinity();
+    for (unsigned mask = 0; mask < (1u << (blocks - 1)); mask++) {
+      if (std::popcount(mask) != stages - 1)
+        continue;
+      double worst = 0;
+      int first = 0, stage = 0;
+      for (int end = 1; end <= blocks; end++) {
+        if (end == blocks || ((mask >> (end - 1)) & 1u)) {
+          worst = std::max(worst, cost_of(stage++, first, end));
+          first = end;
+        }
+      }
+      least = std::min(least, worst);
+    }
+    const std::vector<StageLayers> s = PartitionStages(costs, stages);
+    const std::string what = "trial " + std::to_string(trial) + ": " + DescribeStages(s);
+    ASSERT_EQ(static_cast<int>(s.size()), stages) << what;
+    double worst = 0;
+    for (int i = 0; i < stages; i++) {
+      EXPECT_EQ(s[i].first, i == 0 ? 0 : s[i - 1].end) << what;
+      EXPECT_LT(s[i].first, s[i].end) << what;
+      EXPECT_DOUBLE_EQ(s[i].cost, cost_of(i, s[i].first, s[i].end)) << what;
+      worst = std::max(worst, s[i].cost);
+    }
+    EXPECT_EQ(s.back().end, blocks) << what;
+    EXPECT_DOUBLE_EQ(worst, least) << what;
+  }
+}
+
+// The cost model's figures for a small configuration, per token (see GptLayerCosts).
+TEST(PartitionStages, GptCostModelTable) {
+  struct Case {
+    int seq_len;
+    double block;
+  };
+  const model::GptConfig config{4, 32, 4, 16, 64};  // C = 32, V = 64
+  for (const Case& c : std::vector<Case>{{12, 24.0 * 32 * 32 + 2.0 * 32 * 12 + 30.0 * 32},
+                                         {1, 24.0 * 32 * 32 + 2.0 * 32 + 30.0 * 32}}) {
+    const LayerCosts costs = GptLayerCosts(config, c.seq_len);
+    EXPECT_EQ(costs.blocks, std::vector<double>(4, c.block)) << "T=" << c.seq_len;
+    EXPECT_DOUBLE_EQ(costs.embedding, 2.0 * 32) << "T=" << c.seq_len;
+    EXPECT_DOUBLE_EQ(costs.head, 2.0 * 32 * 64 + 10.0 * 32 + 5.0 * 64) << "T=" << c.seq_len;
+  }
 }
 
 TEST(PartitionStages, GptCostModelCountsTheHead) {
@@ -79,6 +184,104 @@ TEST(MakeSchedule, EveryMicroBatchOnceEachWayAndInFlightBounded) {
   EXPECT_EQ(ParseSchedule("GPipe"), Schedule::kGPipe);
   EXPECT_EQ(ParseSchedule("gpipe"), std::nullopt);
   EXPECT_DOUBLE_EQ(IdealBubble(4, 8), 3.0 / 11.0);
+}
+
+TEST(MakeSchedule, NamesRoundTrip) {
+  EXPECT_STREQ(ToString(Schedule::kGPipe), "GPipe");
+  EXPECT_STREQ(ToString(Schedule::k1F1B), "1F1B");
+  for (Schedule kind : {Schedule::kGPipe, Schedule::k1F1B})
+    EXPECT_EQ(ParseSchedule(ToString(kind)), kind);
+  EXPECT_EQ(ParseSchedule(""), std::nullopt);
+  EXPECT_EQ(ParseSchedule("1f1b"), std::nullopt);
+}
+
+// "F0 F1 B0": the exact op sequence of one stage.
+std::string Describe(const std::vector<PipelineOp>& ops) {
+  std::string out;
+  for (const PipelineOp& op : ops) {
+    out += out.empty() ? "" : " ";
+    out += (op.kind == PipelineOp::kForward ? "F" : "B") + std::to_string(op.micro_batch);
+  }
+  return out;
+}
+
+TEST(MakeSchedule, SequenceTable) {
+  struct Case {
+    Schedule kind;
+    int stages, stage, micro_batches;
+    const char* want;
+  };
+  const std::vector<Case> cases = {
+      {Schedule::kGPipe, 2, 0, 3, "F0 F1 F2 B0 B1 B2"},
+      {Schedule::kGPipe, 4, 3, 2, "F0 F1 B0 B1"},
+      // Warm-up of p - s - 1 forwards, then one forward and one backward, then the drain.
+      {Schedule::k1F1B, 4, 0, 6, "F0 F1 F2 F3 B0 F4 B1 F5 B2 B3 B4 B5"},
+      {Schedule::k1F1B, 4, 2, 4, "F0 F1 B0 F2 B1 F3 B2 B3"},
+      {Schedule::k1F1B, 4, 3, 3, "F0 B0 F1 B1 F2 B2"},
+      // Fewer micro-batches than the warm-up: all forwards, then all backwards.
+      {Schedule::k1F1B, 4, 0, 2, "F0 F1 B0 B1"},
+      {Schedule::k1F1B, 1, 0, 2, "F0 B0 F1 B1"},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(Describe(MakeSchedule(c.kind, c.stages, c.stage, c.micro_batches)), c.want)
+        << ToString(c.kind) << " p=" << c.stages << " s=" << c.stage << " m=" << c.micro_batches;
+  }
+}
+
+// All stages together, as the runner drives them: a forward waits for the previous stage's
+// forward of that micro-batch, a backward for the next stage's backward of it. Every stage
+// must run to its end (no stage waits on a transfer its neighbour never sends), and the
+// activations a stage sends arrive in the order the next stage consumes them (and the
+// gradients likewise backwards), so each send pairs with the receive posted for it.
+TEST(MakeSchedule, StagesTogetherNeverDeadlockAndTransfersPairUp) {
+  for (Schedule kind : {Schedule::kGPipe, Schedule::k1F1B}) {
+    for (int p : {2, 3, 4}) {
+      for (int m : {1, 2, 5, 8}) {
+        const std::string what =
+            std::string(ToString(kind)) + " p=" + std::to_string(p) + " m=" + std::to_string(m);
+        std::vector<std::vector<PipelineOp>> ops(p);
+        for (int s = 0; s < p; s++)
+          ops[s] = MakeSchedule(kind, p, s, m);
+        std::vector<size_t> next(p, 0);
+        std::vector<std::set<int>> forward_done(p), backward_done(p);
+        // What each stage sent toward a neighbour, and what each consumed, in order.
+        std::vector<std::vector<int>> sent_up(p), received_up(p), sent_down(p), received_down(p);
+        for (bool progress = true; progress;) {
+          progress = false;
+          for (int s = 0; s < p; s++) {
+            if (next[s] == ops[s].size())
+              continue;
+            const PipelineOp& op = ops[s][next[s]];
+            if (op.kind == PipelineOp::kForward) {
+              if (s > 0 && !forward_done[s - 1].count(op.micro_batch))
+                continue;
+              if (s > 0)
+                received_up[s].push_back(op.micro_batch);
+              if (s < p - 1)
+                sent_up[s].push_back(op.micro_batch);
+              forward_done[s].insert(op.micro_batch);
+            } else {
+              if (s < p - 1 && !backward_done[s + 1].count(op.micro_batch))
+                continue;
+              if (s < p - 1)
+                received_down[s].push_back(op.micro_batch);
+              if (s > 0)
+                sent_down[s].push_back(op.micro_batch);
+              backward_done[s].insert(op.micro_batch);
+            }
+            next[s]++;
+            progress = true;
+          }
+        }
+        for (int s = 0; s < p; s++)
+          EXPECT_EQ(next[s], ops[s].size()) << what << ": stage " << s << " blocked";
+        for (int s = 0; s + 1 < p; s++) {
+          EXPECT_EQ(sent_up[s], received_up[s + 1]) << what << " activations " << s;
+          EXPECT_EQ(sent_down[s + 1], received_down[s]) << what << " gradients " << s;
+        }
+      }
+    }
+  }
 }
 
 const model::GptConfig kConfig{4, 32, 4, 16, 64};
@@ -178,6 +381,29 @@ TEST(ShardedGpt, TensorShardsComputeTheWholeModel) {
   }
 }
 
+// The sum every tensor-parallel rank gets, and what it costs, counted per call.
+TEST(TensorSum, SumsOverTheGroupAndCountsEveryCall) {
+  OnGroup(3, [&](int r, std::shared_ptr<comm::ProcessGroup> group) {
+    TensorCommStats stats;
+    const model::TensorSumFn sum = MakeTensorSum(group, &stats);
+    std::vector<float> a = {1.0f * (r + 1), 10.0f * (r + 1), -1.0f};
+    std::vector<float> b(5, static_cast<float>(r));
+    sum(a.data(), static_cast<int64_t>(a.size()));
+    sum(b.data(), static_cast<int64_t>(b.size()));
+    EXPECT_EQ(a, (std::vector<float>{6.0f, 60.0f, -3.0f})) << "rank " << r;
+    EXPECT_EQ(b, std::vector<float>(5, 3.0f)) << "rank " << r;
+    EXPECT_EQ(stats.calls, 2) << "rank " << r;
+    EXPECT_DOUBLE_EQ(stats.bytes, 8.0 * sizeof(float)) << "rank " << r;
+    EXPECT_GE(stats.seconds, 0.0) << "rank " << r;
+    // Without stats the sum is the same.
+    const model::TensorSumFn uncounted = MakeTensorSum(group, nullptr);
+    std::vector<float> c = {static_cast<float>(r)};
+    uncounted(c.data(), 1);
+    EXPECT_EQ(c[0], 3.0f) << "rank " << r;
+    EXPECT_EQ(stats.calls, 2) << "rank " << r;
+  });
+}
+
 TEST(ShardedGpt, PipelineStagesChainedByHandComputeTheWholeModel) {
   const Reference ref = WholeModel(1);
   // Three stages: [0,1) with the embedding, [1,3), [3,4) with the head.
@@ -214,6 +440,123 @@ TEST(ShardedGpt, PipelineStagesChainedByHandComputeTheWholeModel) {
                          "stage " + std::to_string(s));
 }
 
+// Without a pipeline group the one stage is both first and last: it must hold both ends.
+TEST(PipelineRunner, RefusesAShardWhoseEndsDoNotMatchItsStage) {
+  struct Case {
+    bool embedding, head, ok;
+  };
+  for (const Case& c : std::vector<Case>{
+           {true, true, true}, {true, false, false}, {false, true, false}, {false, false, false}}) {
+    model::Gpt gpt(kConfig, {.embedding = c.embedding, .head = c.head});
+    if (c.ok) {
+      EXPECT_NO_THROW(PipelineRunner(&gpt, nullptr, Schedule::k1F1B));
+    } else {
+      EXPECT_THROW(PipelineRunner(&gpt, nullptr, Schedule::k1F1B), std::invalid_argument)
+          << "embedding " << c.embedding << " head " << c.head;
+    }
+  }
+}
+
+// The first stage of two, with the second played by a group that completes every receive at
+// once (zero gradients) and checks the contract of a send: its buffer stays untouched until
+// the send's wait().
+class CheckedNeighbourGroup : public comm::ProcessGroup {
+ public:
+  struct SendWork : comm::Work {
+    const float* data = nullptr;
+    std::vector<float> sent;  // the buffer when the send was issued
+    int waits = 0;
+    bool changed = false;  // the buffer differed from `sent` at wait()
+    void wait() override {
+      if (waits++ == 0)
+        changed = !std::equal(sent.begin(), sent.end(), data);
+    }
+    bool completed() override { return waits > 0; }
+  };
+  struct DoneWork : comm::Work {
+    void wait() override {}
+    bool completed() override { return true; }
+  };
+
+  std::vector<std::shared_ptr<SendWork>> sends;
+
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  std::string backend() const override { return "checked"; }
+  const std::string& name() const override { return name_; }
+  const std::vector<int>& world_ranks() const override { return world_ranks_; }
+  std::shared_ptr<comm::Work> send(const void* data, size_t count, comm::DataType, int dst,
+                                   uint32_t) override {
+    EXPECT_EQ(dst, 1);
+    auto w = std::make_shared<SendWork>();
+    w->data = static_cast<const float*>(data);
+    w->sent.assign(w->data, w->data + count);
+    sends.push_back(w);
+    return w;
+  }
+  std::shared_ptr<comm::Work> recv(void* data, size_t count, comm::DataType, int src,
+                                   uint32_t) override {
+    EXPECT_EQ(src, 1);
+    std::fill_n(static_cast<float*>(data), count, 0.0f);
+    return std::make_shared<DoneWork>();
+  }
+  std::shared_ptr<comm::Work> barrier() override { return std::make_shared<DoneWork>(); }
+  std::shared_ptr<comm::Work> all_reduce(void*, size_t, comm::DataType, comm::ReduceOp) override {
+    throw comm::CommError("CheckedNeighbourGroup: all_reduce");
+  }
+  std::shared_ptr<comm::Work> reduce_scatter(const void*, void*, size_t, comm::DataType,
+                                             comm::ReduceOp) override {
+    throw comm::CommError("CheckedNeighbourGroup: reduce_scatter");
+  }
+  std::shared_ptr<comm::Work> all_gather(const void*, void*, size_t, comm::DataType) override {
+    throw comm::CommError("CheckedNeighbourGroup: all_gather");
+  }
+  std::shared_ptr<comm::Work> broadcast(void*, size_t, comm::DataType, int) override {
+    throw comm::CommError("CheckedNeighbourGroup: broadcast");
+  }
+  std::shared_ptr<comm::ProcessGroup> split(int, int, const std::string&) override {
+    throw comm::CommError("CheckedNeighbourGroup: split");
+  }
+
+ private:
+  std::string name_ = "checked";
+  std::vector<int> world_ranks_ = {0, 1};
+};
+
+// Every send a step or a validation issues is waited for before it returns, and none of their
+// buffers is overwritten before its wait (the next micro-batch reuses the activation slot).
+TEST(PipelineRunner, WaitsForEverySendBeforeReusingItsBufferOrReturning) {
+  const auto load = [](int i, MicroBatch* mb) {
+    mb->tokens = Ids(kB * kT, 10 + i);
+    mb->targets = Ids(kB * kT, 100 + i);
+    mb->B = kB;
+    mb->T = kT;
+  };
+  for (Schedule kind : {Schedule::kGPipe, Schedule::k1F1B}) {
+    auto group = std::make_shared<CheckedNeighbourGroup>();
+    model::Gpt gpt(kConfig, {.first_layer = 0, .end_layer = 2, .embedding = true, .head = false});
+    gpt.InitParameters(5);
+    gpt.ZeroGradients();
+    PipelineRunner runner(&gpt, group, kind);
+    ASSERT_TRUE(runner.first());
+    ASSERT_FALSE(runner.last());
+    for (const char* phase : {"Train", "Evaluate"}) {
+      group->sends.clear();
+      if (std::string(phase) == "Train") {
+        runner.Train(4, load, 0.25f);
+      } else {
+        runner.Evaluate(3, load);
+      }
+      EXPECT_EQ(group->sends.size(), std::string(phase) == "Train" ? 4u : 3u);
+      for (size_t i = 0; i < group->sends.size(); i++) {
+        EXPECT_GE(group->sends[i]->waits, 1) << ToString(kind) << " " << phase << " send " << i;
+        EXPECT_FALSE(group->sends[i]->changed)
+            << ToString(kind) << " " << phase << " send " << i << ": buffer reused before wait";
+      }
+    }
+  }
+}
+
 TEST(PipelineRunner, BothSchedulesOnRealGroupsComputeTheWholeModel) {
   constexpr int kMicro = 4;
   const Reference ref = WholeModel(kMicro);
@@ -229,6 +572,8 @@ TEST(PipelineRunner, BothSchedulesOnRealGroupsComputeTheWholeModel) {
         gpt.ZeroGradients();
         PipelineRunner runner(&gpt, group, kind);
         int ready_calls = 0;
+        // What each report declared final, as it was then: it must be the step's final value.
+        std::vector<std::pair<int64_t, std::vector<float>>> reported;
         const PipelineStats stats = runner.Train(
             kMicro,
             [](int i, MicroBatch* mb) {
@@ -237,9 +582,23 @@ TEST(PipelineRunner, BothSchedulesOnRealGroupsComputeTheWholeModel) {
               mb->B = kB;
               mb->T = kT;
             },
-            1.0f / kMicro, [&](int64_t) { ready_calls++; });
+            1.0f / kMicro,
+            [&](int64_t first) {
+              ready_calls++;
+              reported.emplace_back(first, std::vector<float>(gpt.gradients().begin() + first,
+                                                              gpt.gradients().end()));
+            });
         const std::string what =
             std::string(ToString(kind)) + " p=" + std::to_string(p) + " stage " + std::to_string(s);
+        for (const auto& [first, values] : reported) {
+          EXPECT_TRUE(std::equal(values.begin(), values.end(), gpt.gradients().begin() + first))
+              << what << ": gradients from " << first << " changed after being reported final";
+        }
+        // One micro-batch's activations (B x T x dModel floats) each way per neighbour.
+        const double transfer = static_cast<double>(kB * kT * kConfig.d_model * sizeof(float));
+        EXPECT_DOUBLE_EQ(stats.comm_bytes, kMicro * transfer * ((s > 0) + (s < p - 1))) << what;
+        EXPECT_GE(stats.idle_seconds, 0.0) << what;
+        EXPECT_LE(stats.idle_seconds, stats.seconds) << what;
         EXPECT_EQ(stats.peak_in_flight, kind == Schedule::kGPipe ? kMicro : std::min(p - s, kMicro))
             << what;
         EXPECT_EQ(ready_calls, split[s].end - split[s].first + 1) << what;  // blocks, then 0

@@ -49,8 +49,8 @@ std::vector<StageLayers> PartitionStages(const LayerCosts& costs, int stages) {
     best[0][e] = stage_cost(0, 0, e);
   for (int s = 1; s < stages; s++) {
     for (int e = s + 1; e <= L; e++) {
-      // Latest start first with a strict improvement test: among equal splits the earlier
-      // stages end as early as possible.
+      // Latest start first, and `<=`: among equal costs the earliest start wins, so stage s
+      // takes the extra block (the header's tie rule).
       for (int first = e - 1; first >= s; first--) {
         const double c = std::max(best[s - 1][first], stage_cost(s, first, e));
         if (c <= best[s][e]) {

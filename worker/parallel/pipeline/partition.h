@@ -30,7 +30,8 @@ struct StageLayers {
 };
 
 // Splits the blocks into `stages` contiguous runs of at least one block each, minimising the
-// largest stage cost (ties: the earliest such split, so stages end as early as possible).
+// largest stage cost. Ties: the last stage starts as early as the minimum allows, and the
+// blocks before it are split the same way (7 equal blocks on 2 stages: [0,3) [3,7)).
 // Requires 1 <= stages <= costs.blocks.size().
 std::vector<StageLayers> PartitionStages(const LayerCosts& costs, int stages);
 
