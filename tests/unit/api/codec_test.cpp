@@ -1,6 +1,8 @@
 // YAML/JSON decoding and JSON encoding of TrainingJob.
 #include <gtest/gtest.h>
 
+#include <cstdint>
+
 #include "api/codec.h"
 #include "api/schema.h"
 #include "api/utf8.h"
@@ -104,6 +106,9 @@ TEST(Codec, ScalarTyping) {
       {"a: \"true\"", "true"},
       {"a: 1F1B", "1F1B"},
       {"a: !!str 5", "5"},
+      {"a: !!int 5", 5},
+      {"a: !!float 2.5", 2.5},
+      {"a: !!bool yes", true},
       {"a: hello world", "hello world"},
       {"a: .5", 0.5},
       {"a: 5.", 5.0},
@@ -149,6 +154,13 @@ TEST(Codec, PlainScalarsMeanWhatTheyMeanToKubectl) {
       {"0_7", 7},
       {"+7", 7},
       {"-0b11", -3},
+      // int64's ends are integers; beyond them, numbers (which the bounds refuse).
+      {"9223372036854775807", INT64_MAX},
+      {"-9223372036854775808", INT64_MIN},
+      {"9.25e18", 9.25e18},
+      {"-9.25e18", -9.25e18},
+      {"1e19", 1e19},
+      {"9e18", int64_t{9'000'000'000'000'000'000}},
       // Not octal: Go reads them as floats, which JSON writes as integers.
       {"08", 8},
       {"09", 9},
@@ -372,6 +384,41 @@ TEST(Codec, RoundTripsThroughJson) {
   EXPECT_EQ(EncodeJson(*back.job), encoded);
   EXPECT_EQ(back.job->status, job.status);
   EXPECT_EQ(back.job->metadata.uid, "u-1");
+}
+
+// Every field is read: a document whose every field differs from its default encodes back to
+// itself. (Not a valid job: the rules are not at issue here, only the reading.)
+TEST(Codec, EveryFieldReadsBackFromItsJson) {
+  const json full = json::parse(R"({
+    "apiVersion": "tessera.dev/v1alpha1", "kind": "TrainingJob",
+    "metadata": {"name": "full", "namespace": "ns", "uid": "u-2", "generation": 4,
+                 "labels": {"a": "b"}, "annotations": {"c": "d"}},
+    "spec": {
+      "workers": 3, "gpusPerWorker": 2, "procsPerWorker": 5,
+      "parallelism": {"data": 7, "pipeline": 2, "tensor": 3, "zeroStage": 1, "microBatches": 4,
+                      "bucketMiB": 8.5, "schedule": "GPipe"},
+      "trainer": {
+        "model": {"preset": "gpt2-124m", "layers": 4, "dModel": 128, "heads": 8, "seqLen": 32,
+                  "vocab": 300},
+        "data": {"path": "p", "tokenizer": "uint16", "validationFraction": 0.25},
+        "batch": {"global": 24},
+        "optimizer": {"lr": 0.01, "weightDecay": 0.2, "beta1": 0.8, "beta2": 0.9,
+                      "gradClip": 2.5},
+        "schedule": {"steps": 50, "warmupSteps": 5, "decay": "linear"},
+        "precision": "bf16", "seed": 7,
+        "checkpoint": {"dir": "/c", "everySteps": 9, "keep": 4}},
+      "template": {"spec": {"containers": [{"name": "worker", "image": "i"}]}},
+      "suspend": true,
+      "runPolicy": {"backoffLimit": 7, "permanentExitCodes": [3, 4],
+                    "activeDeadlineSeconds": 100, "progressDeadlineSeconds": 60,
+                    "ttlSecondsAfterFinished": 30, "cleanPodPolicy": "All"},
+      "scheduling": {"gang": false, "schedulerName": "volcano", "queue": "q",
+                     "priorityClassName": "high", "startupTimeoutSeconds": 42},
+      "metrics": {"port": 9999}}})");
+  DecodeResult r = DecodeJson(full);
+  ASSERT_TRUE(r.job);
+  EXPECT_TRUE(r.errors.empty()) << FormatError(r.errors.front());
+  EXPECT_EQ(EncodeJson(*r.job), full) << EncodeJson(*r.job).dump(1);
 }
 
 // The C++ member initializers are the schema's defaults: a job decoded from a minimal document

@@ -32,11 +32,15 @@ TEST(Contract, ObjectNames) {
 
 TEST(Contract, Labels) {
   const auto labels = WorkerPodLabels("gpt", 3, 2);
-  EXPECT_EQ(labels.at("tessera.dev/job-name"), "gpt");
-  EXPECT_EQ(labels.at("tessera.dev/worker-index"), "3");
-  EXPECT_EQ(labels.at("tessera.dev/attempt"), "2");
-  EXPECT_EQ(labels.at("app.kubernetes.io/instance"), "gpt");
-  EXPECT_EQ(labels.at("app.kubernetes.io/component"), "worker");
+  EXPECT_EQ(labels, (std::map<std::string, std::string>{
+                        {"tessera.dev/job-name", "gpt"},
+                        {"tessera.dev/worker-index", "3"},
+                        {"tessera.dev/attempt", "2"},
+                        {"app.kubernetes.io/name", "tessera"},
+                        {"app.kubernetes.io/instance", "gpt"},
+                        {"app.kubernetes.io/component", "worker"},
+                        {"app.kubernetes.io/managed-by", "tessera-controller"},
+                    }));
   // The selector matches every attempt's pods: it is a subset of the labels.
   for (const auto& [k, v] : JobSelector("gpt"))
     EXPECT_EQ(labels.at(k), v);
