@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "api/contract.h"
+#include "api/utf8.h"
 
 namespace tessera::api {
 namespace {
@@ -109,12 +110,24 @@ std::vector<CrossFieldRule> RootRules() {
         if (w < 1)
           return std::nullopt;
         const std::string host = WorkerPodName(job.metadata.name, w - 1);
-        if (host.size() <= 63)
+        // Characters, as CEL's size() counts them (a name that is not ASCII also fails the
+        // name's pattern).
+        const int64_t length = Utf8Length(host);
+        if (length <= 63)
           return std::nullopt;
-        // A name of thousands of characters is shown by its ends, not whole.
-        const std::string shown =
-            host.size() <= 100 ? host : host.substr(0, 40) + "..." + host.substr(host.size() - 40);
-        return shown + " has " + to_string(host.size()) + " characters";
+        // A name of thousands of characters is shown by its first and last 40, not whole.
+        auto byte_of_char = [&host](int64_t chars) {  // where character `chars` begins
+          size_t i = 0;
+          for (int64_t seen = -1; i < host.size(); ++i) {
+            if ((static_cast<unsigned char>(host[i]) & 0xC0) != 0x80 && ++seen == chars)
+              break;
+          }
+          return i;
+        };
+        const std::string shown = length <= 100 ? host
+                                                : host.substr(0, byte_of_char(40)) + "..." +
+                                                      host.substr(byte_of_char(length - 40));
+        return shown + " has " + to_string(length) + " characters";
       },
   });
   return rules;
@@ -205,8 +218,9 @@ std::vector<CrossFieldRule> SpecRules() {
       .id = "batch-divides",
       .cel = "!has(self.trainer) || !has(self.trainer.batch) || !has(self.trainer.batch.global) "
              "|| " +
-             kDataCel + " < 1 || self.trainer.batch.global % (" + kDataCel +
-             " * self.parallelism.microBatches) == 0",
+             kDataCel +
+             " < 1 || self.parallelism.microBatches < 1 || self.trainer.batch.global % (" +
+             kDataCel + " * self.parallelism.microBatches) == 0",
       .message = "must be divisible by data x microBatches",
       .field_path = ".trainer.batch.global",
       .summary = "`trainer.batch.global` is divisible by `data × microBatches`",

@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "api/rules.h"
+#include "api/utf8.h"
 
 namespace tessera::api {
 namespace {
@@ -614,14 +615,6 @@ std::string FormatNumber(double d) {
 
 std::string Join(const std::string& path, const std::string& key) {
   return path.empty() ? key : path + "." + key;
-}
-
-// Codepoints of a UTF-8 string, as the apiserver counts lengths.
-int64_t Utf8Length(const std::string& s) {
-  int64_t n = 0;
-  for (unsigned char c : s)
-    n += (c & 0xC0) != 0x80;
-  return n;
 }
 
 // Whether kubectl and the apiserver read `s` as a time: Go's time.Parse with the RFC 3339 layout

@@ -12,6 +12,15 @@
 
 namespace tessera::api {
 
+// Characters (code points) of a UTF-8 string, as the apiserver and CEL's size() count a
+// string's length.
+inline int64_t Utf8Length(std::string_view s) {
+  int64_t n = 0;
+  for (unsigned char c : s)
+    n += (c & 0xC0) != 0x80;
+  return n;
+}
+
 // The offset of the first byte that neither begins nor continues a valid UTF-8 sequence;
 // nullopt when all of `s` is valid.
 inline std::optional<size_t> FirstInvalidUtf8(std::string_view s) {

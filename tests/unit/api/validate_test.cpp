@@ -123,6 +123,14 @@ std::vector<Case> Cases() {
                R"({"metadata": {"labels": {"a": "b"}}, "spec": {"nodeSelector": {"x": "y"}, "containers": [{"name": "worker", "image": "i", "resources": {}}]}})"))}),
        {}},
       {"null optional object is absent", Ops({Set("/spec/scheduling", nullptr)}), {}},
+      // Boundaries the rules (and their CEL) take as allowed.
+      {"as many stages as layers", Ops({Set("/spec/parallelism", {{"pipeline", 2}})}), {}},
+      {"warm-up as long as training", Ops({Set("/spec/trainer/schedule/warmupSteps", 10)}), {}},
+      {"byte tokens with vocab 256", Ops({Set("/spec/trainer/model/vocab", 256)}), {}},
+      {"uint16 tokens with vocab 65536",
+       Ops({Set("/spec/trainer/data/tokenizer", "uint16"),
+            Set("/spec/trainer/model/vocab", 65536)}),
+       {}},
 
       // --- invalid: shape ---
       {"unknown spec field", Ops({Set("/spec/replicas", 3)}), {"spec.replicas"}},
@@ -203,13 +211,39 @@ std::vector<Case> Cases() {
        {"spec.scheduling.startupTimeoutSeconds"}},
       {"name with a dot", Ops({Set("/metadata/name", "a.b")}), {"metadata.name"}},
       {"name starting with a digit", Ops({Set("/metadata/name", "1job")}), {"metadata.name"}},
+      // A value below its minimum is that field's error alone: the rules that divide by it or
+      // compare with it pass it by (CEL: `pipeline < 1 || ...`), as the apiserver's do.
+      {"zero pipeline",
+       Ops({Set("/spec/parallelism", {{"pipeline", 0}})}),
+       {"spec.parallelism.pipeline"}},
+      {"zero tensor",
+       Ops({Set("/spec/parallelism", {{"tensor", 0}})}),
+       {"spec.parallelism.tensor"}},
+      // The apiserver gave a second error here ("modulus by zero evaluating rule") until the
+      // CEL of batch-divides passed microBatches < 1 by.
+      {"zero micro-batches",
+       Ops({Set("/spec/parallelism", {{"microBatches", 0}})}),
+       {"spec.parallelism.microBatches"}},
+      {"zero layers", Ops({Set("/spec/trainer/model/layers", 0)}), {"spec.trainer.model.layers"}},
+      {"zero workers with a long name",
+       Ops({Set("/metadata/name", std::string(60, 'a')), Set("/spec/workers", 0)}),
+       {"metadata.name", "spec.workers"}},
+      {"no steps but a warm-up",
+       Ops({Del("/spec/trainer/schedule/steps"), Set("/spec/trainer/schedule/warmupSteps", 5)}),
+       {"spec.trainer.schedule.steps"}},
 
       // --- invalid: cross-field rules ---
       {"product mismatch",
        Ops({Set("/spec/parallelism", {{"data", 3}})}),
        {"spec.parallelism", "spec.trainer.batch.global"}},
+      {"product below the world size",
+       Ops({Set("/spec/workers", 4), Set("/spec/parallelism", {{"data", 2}})}),
+       {"spec.parallelism"}},
       {"data not derivable",
        Ops({Set("/spec/workers", 3), Set("/spec/parallelism", {{"pipeline", 2}})}),
+       {"spec.parallelism"}},
+      {"data not derivable: tensor does not divide",
+       Ops({Set("/spec/workers", 3), Set("/spec/parallelism", {{"tensor", 2}})}),
        {"spec.parallelism"}},
       {"tensor does not divide heads",
        Ops({Set("/spec/workers", 3), Set("/spec/parallelism", {{"tensor", 3}})}),
@@ -230,6 +264,9 @@ std::vector<Case> Cases() {
        {"spec.trainer.batch.global"}},
       {"batch not divisible by micro-batches",
        Ops({Set("/spec/parallelism", {{"microBatches", 3}})}),
+       {"spec.trainer.batch.global"}},
+      {"batch not divisible by micro-batches on one worker",
+       Ops({Set("/spec/workers", 1), Set("/spec/parallelism", {{"microBatches", 3}})}),
        {"spec.trainer.batch.global"}},
       {"hostname too long for 11 workers",
        Ops({Set("/metadata/name", kName54), Set("/spec/workers", 11),
@@ -253,9 +290,16 @@ std::vector<Case> Cases() {
       {"byte tokenizer with small vocab",
        Ops({Set("/spec/trainer/model/vocab", 100)}),
        {"spec.trainer.model.vocab"}},
+      {"byte tokenizer with vocab 255",
+       Ops({Set("/spec/trainer/model/vocab", 255)}),
+       {"spec.trainer.model.vocab"}},
       {"uint16 tokens with huge vocab",
        Ops({Set("/spec/trainer/data/tokenizer", "uint16"),
             Set("/spec/trainer/model/vocab", 70000)}),
+       {"spec.trainer.model.vocab"}},
+      {"uint16 tokens with vocab 65537",
+       Ops({Set("/spec/trainer/data/tokenizer", "uint16"),
+            Set("/spec/trainer/model/vocab", 65537)}),
        {"spec.trainer.model.vocab"}},
       {"bf16 on CPU", Ops({Set("/spec/trainer/precision", "bf16")}), {"spec.trainer.precision"}},
       {"bf16 with pipeline stages",
@@ -285,10 +329,19 @@ std::vector<Case> Cases() {
       {"two ranks on eight GPUs",
        Ops({Set("/spec/gpusPerWorker", 8), Set("/spec/procsPerWorker", 2)}),
        {"spec.procsPerWorker"}},
+      {"two ranks on one GPU",
+       Ops({Set("/spec/gpusPerWorker", 1), Set("/spec/procsPerWorker", 2)}),
+       {"spec.procsPerWorker"}},
       {"warm-up longer than training",
        Ops({Set("/spec/trainer/schedule/warmupSteps", 20)}),
        {"spec.trainer.schedule.warmupSteps"}},
+      {"warm-up one step longer than training",
+       Ops({Set("/spec/trainer/schedule/warmupSteps", 11)}),
+       {"spec.trainer.schedule.warmupSteps"}},
       {"incomplete model", Ops({Del("/spec/trainer/model/heads")}), {"spec.trainer.model"}},
+      {"model without layers", Ops({Del("/spec/trainer/model/layers")}), {"spec.trainer.model"}},
+      {"model without dModel", Ops({Del("/spec/trainer/model/dModel")}), {"spec.trainer.model"}},
+      {"model without seqLen", Ops({Del("/spec/trainer/model/seqLen")}), {"spec.trainer.model"}},
       {"queue without volcano",
        Ops({Set("/spec/scheduling", {{"queue", "q"}})}),
        {"spec.scheduling.queue"}},
@@ -495,6 +548,31 @@ TEST(Validate, MetadataTimesAreReadAsKubectlReadsThem) {
                 std::string(64, '9') + "...\")");
 }
 
+// The hostname rule counts characters, as CEL's size() does (a name that is not ASCII also
+// fails the name's pattern): 60 two-byte characters make a 69-character hostname, not 129.
+TEST(Validate, HostnameLengthCountsCharacters) {
+  json doc = Base();
+  std::string name;
+  for (int i = 0; i < 60; ++i)
+    name += "\u00e9";
+  doc["metadata"]["name"] = name;
+  std::vector<std::string> lines;
+  for (const auto& e : ValidateDocument(doc))
+    lines.push_back(FormatError(e));
+  ASSERT_EQ(lines.size(), 2u) << ::testing::PrintToString(lines);
+  EXPECT_NE(lines[1].find("-worker-1 has 69 characters)"), std::string::npos) << lines[1];
+  // Longer than 100 characters: shown by its first and last 40 characters, cut between them.
+  doc["metadata"]["name"] = name + name.substr(0, 80);  // 100 characters, 200 bytes
+  lines.clear();
+  for (const auto& e : ValidateDocument(doc))
+    lines.push_back(FormatError(e));
+  ASSERT_EQ(lines.size(), 2u) << ::testing::PrintToString(lines);  // longer than 54 (no pattern)
+  EXPECT_NE(lines[1].find("(" + name.substr(0, 80) + "..." + name.substr(0, 62) +
+                          "-worker-1 has 109 characters)"),
+            std::string::npos)
+      << lines[1];
+}
+
 // A name of 300,000 characters is reported in a line, not echoed whole.
 TEST(Validate, MessagesShowALongNameByItsEnds) {
   json doc = Base();
@@ -509,6 +587,47 @@ TEST(Validate, MessagesShowALongNameByItsEnds) {
                            std::string(40, 'a') + "..." + std::string(31, 'a') +
                            "-worker-1 has 300009 characters)",
                    }));
+}
+
+// A hostname of up to 100 characters is shown whole; a longer one by its ends.
+TEST(Validate, MessagesShowAHostnameOfUpTo100CharactersWhole) {
+  struct {
+    size_t name_length;
+    std::string shown;
+  } cases[] = {
+      {91, std::string(91, 'a') + "-worker-0"},
+      {92, std::string(40, 'a') + "..." + std::string(31, 'a') + "-worker-0"},
+  };
+  for (const auto& c : cases) {
+    json doc = Base();
+    doc["metadata"]["name"] = std::string(c.name_length, 'a');
+    doc["spec"]["workers"] = 1;
+    std::vector<std::string> lines;
+    for (const auto& e : ValidateDocument(doc))
+      lines.push_back(FormatError(e));
+    const std::string length = std::to_string(c.name_length);
+    EXPECT_EQ(lines, (std::vector<std::string>{
+                         "metadata.name: must have at most 54 characters (has " + length + ")",
+                         "metadata.name: too long: every pod hostname <name>-worker-<i> must fit "
+                         "a 63-character DNS label (" +
+                             c.shown + " has " + std::to_string(c.name_length + 9) + " characters)",
+                     }))
+        << "name of " << length;
+  }
+}
+
+// Validate() on a struct ignores its status as ValidateDocument() ignores a file's.
+TEST(Validate, StatusOfAStructIsNotValidated) {
+  DecodeResult decoded = DecodeJson(Base());
+  ASSERT_TRUE(decoded.job);
+  TrainingJob job = *decoded.job;
+  job.status.phase = "Weird";
+  job.status.restarts = -5;
+  job.status.conditions = {{"A", "Maybe", "", "", "yesterday", 0}};
+  std::vector<std::string> lines;
+  for (const auto& e : Validate(job))
+    lines.push_back(FormatError(e));
+  EXPECT_EQ(lines, std::vector<std::string>{});
 }
 
 TEST(ApplyDefaults, ProcsPerWorkerFollowsGpusAtLeastOne) {
@@ -537,6 +656,19 @@ TEST(ApplyDefaults, PresetExpandsAndExplicitFieldsWin) {
   EXPECT_EQ(m.d_model, 768);
   EXPECT_EQ(m.heads, 12);
   EXPECT_EQ(m.seq_len, 256);
+  EXPECT_EQ(m.vocab, 50257);
+}
+
+TEST(ApplyDefaults, PresetFillsEveryAbsentField) {
+  TrainingJob job;
+  job.spec.trainer.emplace();
+  job.spec.trainer->model.preset = "gpt2-124m";
+  ApplyDefaults(job);
+  const auto& m = job.spec.trainer->model;
+  EXPECT_EQ(m.layers, 12);
+  EXPECT_EQ(m.d_model, 768);
+  EXPECT_EQ(m.heads, 12);
+  EXPECT_EQ(m.seq_len, 1024);
   EXPECT_EQ(m.vocab, 50257);
 }
 
