@@ -116,17 +116,9 @@ std::vector<CrossFieldRule> RootRules() {
         if (length <= 63)
           return std::nullopt;
         // A name of thousands of characters is shown by its first and last 40, not whole.
-        auto byte_of_char = [&host](int64_t chars) {  // where character `chars` begins
-          size_t i = 0;
-          for (int64_t seen = -1; i < host.size(); ++i) {
-            if ((static_cast<unsigned char>(host[i]) & 0xC0) != 0x80 && ++seen == chars)
-              break;
-          }
-          return i;
-        };
         const std::string shown = length <= 100 ? host
-                                                : host.substr(0, byte_of_char(40)) + "..." +
-                                                      host.substr(byte_of_char(length - 40));
+                                                : host.substr(0, Utf8Offset(host, 40)) + "..." +
+                                                      host.substr(Utf8Offset(host, length - 40));
         return shown + " has " + to_string(length) + " characters";
       },
   });

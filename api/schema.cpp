@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -619,9 +620,9 @@ std::string Join(const std::string& path, const std::string& key) {
 
 // Whether kubectl and the apiserver read `s` as a time: Go's time.Parse with the RFC 3339 layout
 // (metav1.Time's decoding), including its leniencies (a one-digit hour, a comma before the
-// fraction, zone offsets up to +24:00 and minutes up to 60). Empty when it is one; otherwise
-// "malformed", or which field is out of range as Go's message says.
-std::string GoRfc3339Problem(std::string_view s) {
+// fraction, zone offsets up to +24:00 and minutes up to 60). nullopt when it is one; otherwise
+// which field is out of range as Go's message says, or "" when it is malformed.
+std::optional<std::string> GoRfc3339Problem(std::string_view s) {
   size_t at = 0;
   auto digit = [&](size_t i) { return i < s.size() && s[i] >= '0' && s[i] <= '9'; };
   // Go's getnum: two digits, or one where the layout's field is not zero-padded.
@@ -639,7 +640,7 @@ std::string GoRfc3339Problem(std::string_view s) {
     return true;
   };
   auto literal = [&](char c) { return at < s.size() && s[at++] == c; };
-  const char* kBad = "malformed";
+  const std::string kBad;
   int year = 0, month = 0, day = 0, hour = 0, minute = 0, second = 0;
   if (s.size() < 4 || !digit(0) || !digit(1) || !digit(2) || !digit(3))
     return kBad;
@@ -685,7 +686,7 @@ std::string GoRfc3339Problem(std::string_view s) {
   static constexpr int kDays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
   if (day < 1 || day > kDays[month - 1] + (month == 2 && leap))
     return "day out of range";
-  return "";
+  return std::nullopt;
 }
 
 struct Checker {
@@ -747,15 +748,12 @@ struct Checker {
                       "with a letter)");
       }
       if (f.format == "date-time") {
-        if (const std::string problem = GoRfc3339Problem(s); !problem.empty()) {
-          // A time is short; anything long is shown by its start, cut between characters.
-          size_t shown = std::min<size_t>(s.size(), 64);
-          while (shown < s.size() && shown > 0 &&
-                 (static_cast<unsigned char>(s[shown]) & 0xC0) == 0x80)
-            --shown;
+        if (const std::optional<std::string> problem = GoRfc3339Problem(s)) {
+          // A time is short; anything long is shown by its first 64 characters.
+          const size_t shown = Utf8Offset(s, 64);
           Add(path, "must be an RFC 3339 time such as 2026-12-07T10:00:00Z (got \"" +
                         s.substr(0, shown) + (shown < s.size() ? "...\"" : "\"") +
-                        (problem == "malformed" ? "" : ": " + problem) + ")");
+                        (problem->empty() ? "" : ": " + *problem) + ")");
         }
       }
     }

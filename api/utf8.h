@@ -21,6 +21,18 @@ inline int64_t Utf8Length(std::string_view s) {
   return n;
 }
 
+// The byte offset at which character `chars` (from 0) of `s` begins; s.size() when `s` has no
+// more characters. Cuts a string between characters: s.substr(0, Utf8Offset(s, 40)) is its
+// first 40, s.substr(Utf8Offset(s, Utf8Length(s) - 40)) its last 40.
+inline size_t Utf8Offset(std::string_view s, int64_t chars) {
+  int64_t seen = -1;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80 && ++seen == chars)
+      return i;
+  }
+  return s.size();
+}
+
 // The offset of the first byte that neither begins nor continues a valid UTF-8 sequence;
 // nullopt when all of `s` is valid.
 inline std::optional<size_t> FirstInvalidUtf8(std::string_view s) {

@@ -252,9 +252,10 @@ class Decider {
         return a->finished_at.has_value();
       }
       const int64_t code_a = a->exit_code.value_or(-1), code_b = b->exit_code.value_or(-1);
-      if (BlamedFirstOnATie(code_a, code_b) || BlamedFirstOnATie(code_b, code_a)) {
-        return BlamedFirstOnATie(code_a, code_b);
-      }
+      if (BlamedFirstOnATie(code_a, code_b))
+        return true;
+      if (BlamedFirstOnATie(code_b, code_a))
+        return false;
       return a->index < b->index;
     };
     for (const Worker* worker : workers) {

@@ -336,6 +336,17 @@ TEST(Utf8, ValidPrefixReplacesBadBytesAndCutsWholeCharacters) {
   EXPECT_EQ(FirstInvalidUtf8(ValidUtf8Prefix("\xED\xA0\x80 \xC0\xAF")), std::nullopt);
 }
 
+// Lengths and cuts count characters, as the apiserver and CEL's size() do.
+TEST(Utf8, LengthAndOffsetsCountCharacters) {
+  const std::string s = "a\xC3\xA9\xE2\x82\xAC!";  // a, e-acute (2 bytes), euro (3 bytes), !
+  EXPECT_EQ(Utf8Length(s), 4);
+  EXPECT_EQ(Utf8Length(""), 0);
+  const size_t offsets[] = {0, 1, 3, 6, 7, 7};  // where characters 0..3 begin, then the end
+  for (int64_t chars = 0; chars < 6; ++chars)
+    EXPECT_EQ(Utf8Offset(s, chars), offsets[chars]) << chars;
+  EXPECT_EQ(s.substr(Utf8Offset(s, Utf8Length(s) - 2)), "\xE2\x82\xAC!");  // the last two
+}
+
 // yaml-cpp copies such bytes into strings, and writing them as JSON then threw (found by
 // fuzzing `tessera plan -o json`).
 TEST(Codec, InvalidUtf8IsOneErrorNamingItsPlace) {

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <string_view>
 #include <utility>
 
@@ -45,6 +46,13 @@ TEST(JobStateNames, WorkerPhasesAndCleanPodPoliciesRoundTrip) {
   EXPECT_EQ(ParseCleanPodPolicy("Never"), std::nullopt);
 }
 
+// Each value of an enum is spelled `name`.
+template <typename E, size_t N>
+void ExpectSpelled(const std::pair<E, std::string_view> (&names)[N]) {
+  for (const auto& [value, name] : names)
+    EXPECT_EQ(ToString(value), name);
+}
+
 // The exact spellings the API uses (round trips alone would pass with a misspelled name).
 TEST(JobStateNames, SpelledAsInTheApi) {
   const std::pair<Phase, std::string_view> phases[] = {
@@ -52,40 +60,30 @@ TEST(JobStateNames, SpelledAsInTheApi) {
       {Phase::kRunning, "Running"},     {Phase::kRestarting, "Restarting"},
       {Phase::kSucceeded, "Succeeded"}, {Phase::kFailed, "Failed"},
       {Phase::kSuspended, "Suspended"}};
-  for (const auto& [value, name] : phases) {
-    EXPECT_EQ(ToString(value), name);
-  }
   const std::pair<ConditionType, std::string_view> types[] = {
       {ConditionType::kCreated, "Created"},     {ConditionType::kPodsReady, "PodsReady"},
       {ConditionType::kRunning, "Running"},     {ConditionType::kRestarting, "Restarting"},
       {ConditionType::kSucceeded, "Succeeded"}, {ConditionType::kFailed, "Failed"},
       {ConditionType::kSuspended, "Suspended"}};
-  for (const auto& [value, name] : types) {
-    EXPECT_EQ(ToString(value), name);
-  }
   const std::pair<ConditionStatus, std::string_view> statuses[] = {
       {ConditionStatus::kTrue, "True"},
       {ConditionStatus::kFalse, "False"},
       {ConditionStatus::kUnknown, "Unknown"}};
-  for (const auto& [value, name] : statuses) {
-    EXPECT_EQ(ToString(value), name);
-  }
   const std::pair<WorkerPhase, std::string_view> worker_phases[] = {
       {WorkerPhase::kPending, "Pending"},
       {WorkerPhase::kRunning, "Running"},
       {WorkerPhase::kSucceeded, "Succeeded"},
       {WorkerPhase::kFailed, "Failed"},
       {WorkerPhase::kUnknown, "Unknown"}};
-  for (const auto& [value, name] : worker_phases) {
-    EXPECT_EQ(ToString(value), name);
-  }
   const std::pair<CleanPodPolicy, std::string_view> policies[] = {
       {CleanPodPolicy::kRunning, "Running"},
       {CleanPodPolicy::kAll, "All"},
       {CleanPodPolicy::kNone, "None"}};
-  for (const auto& [value, name] : policies) {
-    EXPECT_EQ(ToString(value), name);
-  }
+  ExpectSpelled(phases);
+  ExpectSpelled(types);
+  ExpectSpelled(statuses);
+  ExpectSpelled(worker_phases);
+  ExpectSpelled(policies);
 }
 
 TEST(JobStateConditions, FindsConditionsByType) {
