@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -9,6 +10,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <condition_variable>
+#include <mutex>
+#include <system_error>
+#include <thread>
 
 namespace tessera::rendezvous::io {
 namespace {
@@ -91,6 +96,44 @@ std::string PeerAddress(int fd) {
     return "[" + std::string(host) + "]:" + std::to_string(port);
   }
   return "unknown peer";
+}
+
+Resolved Resolve(const std::string& host, int port, Clock::time_point deadline, Resolver resolver) {
+  // What the lookup thread and the caller share; whichever leaves last frees it.
+  struct Lookup {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    Resolved result;
+  };
+  auto lookup = std::make_shared<Lookup>();
+  auto run = [lookup, host, port, resolver = resolver ? resolver : &::getaddrinfo] {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* list = nullptr;
+    const int rc = resolver(host.c_str(), std::to_string(port).c_str(), &hints, &list);
+    Resolved r;
+    if (rc == 0) {
+      r.list = std::shared_ptr<const addrinfo>(
+          list, [](const addrinfo* a) { ::freeaddrinfo(const_cast<addrinfo*>(a)); });
+    } else {
+      r.error = std::string("cannot resolve host: ") + ::gai_strerror(rc);
+    }
+    std::lock_guard<std::mutex> lock(lookup->mu);
+    lookup->result = std::move(r);
+    lookup->done = true;
+    lookup->cv.notify_all();
+  };
+  try {
+    std::thread(run).detach();
+  } catch (const std::system_error& e) {
+    return {nullptr, std::string("cannot resolve host: no thread for the lookup: ") + e.what()};
+  }
+  std::unique_lock<std::mutex> lock(lookup->mu);
+  if (!lookup->cv.wait_until(lock, deadline, [&] { return lookup->done; }))
+    return {nullptr, "cannot resolve host: no answer from the resolver before the deadline"};
+  return std::move(lookup->result);
 }
 
 void TuneSocket(int fd) {

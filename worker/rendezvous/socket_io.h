@@ -5,7 +5,10 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
+
+struct addrinfo;
 
 namespace tessera::rendezvous::io {
 
@@ -31,6 +34,23 @@ std::string PeerAddress(int fd);
 inline constexpr int kKeepAliveIdleSeconds = 10;
 inline constexpr int kKeepAliveIntervalSeconds = 5;
 inline constexpr int kKeepAliveCount = 3;
+
+// The addresses of a host, or why there are none.
+struct Resolved {
+  std::shared_ptr<const addrinfo> list;  // null when `error` says why
+  std::string error;
+};
+
+// getaddrinfo's signature: the resolver Resolve calls (tests pass one that never answers).
+using Resolver = int (*)(const char* host, const char* service, const addrinfo* hints,
+                         addrinfo** result);
+
+// Resolves `host` for a TCP connection to `port`, giving up at `deadline`. getaddrinfo itself
+// has no deadline: with a DNS server that drops queries glibc waits `timeout` × `attempts` per
+// nameserver (resolv.conf), so the lookup runs on a thread of its own that a caller past its
+// deadline leaves behind (it frees its own result).
+Resolved Resolve(const std::string& host, int port, Clock::time_point deadline,
+                 Resolver resolver = nullptr);
 
 // Sets TCP_NODELAY, the keepalive above and FD_CLOEXEC; best effort.
 void TuneSocket(int fd);

@@ -155,19 +155,14 @@ void StoreClient::Connect() {
   for (int attempt = 1;; ++attempt) {
     if (interrupted_)
       throw StoreConnectionError("rendezvous store " + endpoint() + ": interrupted");
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    addrinfo* res = nullptr;
-    const int gai =
-        ::getaddrinfo(options_.host.c_str(), std::to_string(options_.port).c_str(), &hints, &res);
+    const io::Resolved resolved =
+        io::Resolve(options_.host, options_.port, deadline, options_.resolver);
     int fd = -1;
-    if (gai != 0) {
-      error = std::string("cannot resolve host: ") + ::gai_strerror(gai);
+    if (!resolved.list) {
+      error = resolved.error;
     } else {
-      for (addrinfo* a = res; a != nullptr && fd < 0; a = a->ai_next)
+      for (const addrinfo* a = resolved.list.get(); a != nullptr && fd < 0; a = a->ai_next)
         fd = TryConnect(a, deadline, error);
-      ::freeaddrinfo(res);
     }
     if (fd >= 0) {
       fd_ = fd;

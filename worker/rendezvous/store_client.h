@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "worker/rendezvous/frame.h"
+#include "worker/rendezvous/socket_io.h"
 #include "worker/rendezvous/store_error.h"
 
 namespace tessera::rendezvous {
@@ -28,6 +29,9 @@ struct StoreClientOptions {
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
   // Called after each failed connection attempt with the reason (for logs and tests).
   std::function<void(const std::string&)> on_retry;
+  // Looks the host up (null: getaddrinfo). A lookup that has not answered by the connect
+  // deadline is abandoned (io::Resolve).
+  io::Resolver resolver = nullptr;
 
   // Reads TESSERA_RDZV_ENDPOINT ("host:port", or "[v6]:port"), TESSERA_RDZV_TOKEN and
   // TESSERA_RDZV_TIMEOUT (seconds, applies to both timeouts). Throws StoreError with a
