@@ -125,14 +125,19 @@ Resolved Resolve(const std::string& host, int port, Clock::time_point deadline, 
     lookup->done = true;
     lookup->cv.notify_all();
   };
+  std::thread thread;
   try {
-    std::thread(run).detach();
+    thread = std::thread(run);
   } catch (const std::system_error& e) {
     return {nullptr, std::string("cannot resolve host: no thread for the lookup: ") + e.what()};
   }
   std::unique_lock<std::mutex> lock(lookup->mu);
-  if (!lookup->cv.wait_until(lock, deadline, [&] { return lookup->done; }))
+  if (!lookup->cv.wait_until(lock, deadline, [&] { return lookup->done; })) {
+    thread.detach();
     return {nullptr, "cannot resolve host: no answer from the resolver before the deadline"};
+  }
+  lock.unlock();
+  thread.join();  // it has answered: no thread is left behind (a fork after us stays safe)
   return std::move(lookup->result);
 }
 

@@ -360,6 +360,9 @@ TEST(StoreSockets, KeepAliveFindsAVanishedPeer) {
 // socket that stays readable (rank 0's core, taken from its training), and serves again once
 // some are free. In a child process, whose descriptor limit is lowered.
 TEST(StoreLimits, OutOfDescriptorsTheStoreWaitsThenServesAgain) {
+  // The child starts threads (the server's); forked from a parent whose earlier tests left a
+  // thread finishing, ThreadSanitizer would refuse them, so the child is a fresh process.
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(
       {
         StoreServerOptions so;
