@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <thread>
 #include <utility>
@@ -85,6 +86,26 @@ int ExitCodeOf(int status) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+// "state D, in <wchan>" from /proc: what keeps a process from dying, for the log.
+std::string KernelState(pid_t pid) {
+  std::string state = "state unknown";
+  if (std::ifstream stat("/proc/" + std::to_string(pid) + "/stat"); stat) {
+    std::string line;
+    std::getline(stat, line);
+    // pid (comm) S ...: comm may hold spaces and parentheses, so read after the last ')'.
+    const size_t close = line.rfind(')');
+    if (close != std::string::npos && close + 2 < line.size())
+      state = std::string("state ") + line[close + 2];
+  }
+  if (std::ifstream wchan("/proc/" + std::to_string(pid) + "/wchan"); wchan) {
+    std::string where;
+    std::getline(wchan, where);
+    if (!where.empty() && where != "0")
+      state += ", in " + where;
+  }
+  return state;
+}
+
 bool HasNvidiaDevice() {
   std::error_code ec;
   return std::filesystem::exists("/dev/nvidia0", ec);
@@ -145,12 +166,13 @@ int RunAgent(const AgentOptions& options) {
   }
 
   // Supervise: the first failure (or a signal to the agent) stops everyone.
-  Clock::time_point kill_at = Clock::time_point::max();  // when SIGKILL follows SIGTERM
+  Clock::time_point kill_at = Clock::time_point::max();     // when SIGKILL follows SIGTERM
+  Clock::time_point abandon_at = Clock::time_point::max();  // when ranks SIGKILL left are left
   bool stopping = result != 0;
   auto stop_all = [&](int signal) {
     for (const Child& c : children) {
       if (c.running)
-        ::kill(-c.pid, signal);
+        options.send_signal(-c.pid, signal);
     }
   };
   if (stopping) {
@@ -171,7 +193,7 @@ int RunAgent(const AgentOptions& options) {
         continue;
       }
       c.running = false;
-      ::kill(-c.pid, SIGKILL);  // whatever the rank left behind in its group
+      options.send_signal(-c.pid, SIGKILL);  // whatever the rank left behind in its group
       exited.emplace_back(&c, ExitCodeOf(status));
     }
     // The failure to report: exits seen in one pass came within one poll, in an unknown order,
@@ -215,6 +237,20 @@ int RunAgent(const AgentOptions& options) {
                    std::chrono::duration_cast<std::chrono::seconds>(options.grace).count());
       stop_all(SIGKILL);
       kill_at = Clock::time_point::max();
+      abandon_at = Clock::now() + options.reap_after_kill;
+    }
+    if (Clock::now() >= abandon_at) {
+      for (const Child& c : children) {
+        if (c.running) {
+          spdlog::error(
+              "agent: rank {} (pid {}) is still there {:.1f} s after SIGKILL ({}): a process "
+              "stuck in the kernel, as on a hung filesystem or GPU driver, cannot die until the "
+              "kernel lets it; exiting without it",
+              c.rank, c.pid, std::chrono::duration<double>(options.reap_after_kill).count(),
+              KernelState(c.pid));
+        }
+      }
+      break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
