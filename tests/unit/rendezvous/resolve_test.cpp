@@ -6,6 +6,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <future>
+#include <memory>
 #include <mutex>
 #include <string>
 
@@ -51,6 +52,24 @@ class ResolveTest : public ::testing::Test {
  protected:
   void SetUp() override { StuckResolver::Reset(); }
   void TearDown() override { StuckResolver::Release(); }
+
+  // A store on loopback, and options of a client that looks its host up with StuckResolver.
+  StoreClientOptions StartStoreForAStuckLookup(std::chrono::milliseconds connect_timeout) {
+    StoreServerOptions so;
+    so.host = "127.0.0.1";
+    so.port = 0;
+    so.token = "t";
+    server_ = StoreServer::Start(so);
+    StoreClientOptions o;
+    o.host = "127.0.0.1";
+    o.port = server_->port();
+    o.token = "t";
+    o.connect_timeout = connect_timeout;
+    o.resolver = &StuckResolver::Resolve;
+    return o;
+  }
+
+  std::unique_ptr<StoreServer> server_;
 };
 
 TEST_F(ResolveTest, AnAnsweringResolverGivesTheAddresses) {
@@ -83,17 +102,7 @@ TEST_F(ResolveTest, AResolverThatDoesNotAnswerIsLeftAtTheDeadline) {
 }
 
 TEST_F(ResolveTest, AClientGivesUpAtItsConnectTimeoutWhileTheLookupHangs) {
-  StoreServerOptions so;
-  so.host = "127.0.0.1";
-  so.port = 0;
-  so.token = "t";
-  auto server = StoreServer::Start(so);
-  StoreClientOptions o;
-  o.host = "127.0.0.1";
-  o.port = server->port();
-  o.token = "t";
-  o.connect_timeout = 300ms;
-  o.resolver = &StuckResolver::Resolve;
+  const StoreClientOptions o = StartStoreForAStuckLookup(300ms);
   auto connect = std::async(std::launch::async, [&]() -> std::string {
     try {
       StoreClient c(o);
@@ -112,18 +121,8 @@ TEST_F(ResolveTest, AClientGivesUpAtItsConnectTimeoutWhileTheLookupHangs) {
 }
 
 TEST_F(ResolveTest, TheClientConnectsOnceTheResolverAnswers) {
-  StoreServerOptions so;
-  so.host = "127.0.0.1";
-  so.port = 0;
-  so.token = "t";
-  auto server = StoreServer::Start(so);
+  const StoreClientOptions o = StartStoreForAStuckLookup(10s);
   StuckResolver::Release();
-  StoreClientOptions o;
-  o.host = "127.0.0.1";
-  o.port = server->port();
-  o.token = "t";
-  o.connect_timeout = 10s;
-  o.resolver = &StuckResolver::Resolve;
   StoreClient c(o);
   c.Set("k", "v");
   EXPECT_EQ(c.Get("k"), "v");
