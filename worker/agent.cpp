@@ -14,13 +14,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include "lifecycle/job_state.h"
+#include "worker/process_state.h"
 #include "worker/termination_message.h"
 
 namespace tessera::worker {
@@ -84,26 +84,6 @@ pid_t Start(const std::vector<std::string>& command,
 
 int ExitCodeOf(int status) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-// "state D, in <wchan>" from /proc: what keeps a process from dying, for the log.
-std::string KernelState(pid_t pid) {
-  std::string state = "state unknown";
-  if (std::ifstream stat("/proc/" + std::to_string(pid) + "/stat"); stat) {
-    std::string line;
-    std::getline(stat, line);
-    // pid (comm) S ...: comm may hold spaces and parentheses, so read after the last ')'.
-    const size_t close = line.rfind(')');
-    if (close != std::string::npos && close + 2 < line.size())
-      state = std::string("state ") + line[close + 2];
-  }
-  if (std::ifstream wchan("/proc/" + std::to_string(pid) + "/wchan"); wchan) {
-    std::string where;
-    std::getline(wchan, where);
-    if (!where.empty() && where != "0")
-      state += ", in " + where;
-  }
-  return state;
 }
 
 bool HasNvidiaDevice() {

@@ -18,6 +18,7 @@
 #include <iostream>
 #include <map>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -33,6 +34,7 @@
 #include "lifecycle/decide.h"
 #include "lifecycle/from_api.h"
 #include "lifecycle/reasons.h"
+#include "worker/process_state.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/from_api.h"
 #include "worker/train/memory.h"
@@ -156,7 +158,8 @@ struct LocalWorker {
   int64_t attempt = 0;
   std::vector<Rank> ranks;
   bool deleting = false;
-  std::optional<Clock::time_point> kill_at;  // SIGKILL then, if still running
+  std::optional<Clock::time_point> kill_at;     // SIGKILL then, if still running
+  std::optional<Clock::time_point> abandon_at;  // ranks SIGKILL left are left behind then
   bool failure_reported = false;
 
   bool AllExited() const {
@@ -226,6 +229,14 @@ class LocalRun {
   void CreateWorkers(const lifecycle::CreateWorkers& create);
   void DeleteWorkers(const lifecycle::DeleteWorkers& del);
   void EnforceKillDeadlines();
+  // options_.signal_group, else SignalProcessGroup.
+  void Signal(pid_t pgid, int signal);
+  // A rank that outlived SIGKILL by options_.reap_after_kill_seconds: named, counted as
+  // killed, and no longer waited for.
+  void LeaveBehind(Rank& r);
+  std::chrono::milliseconds ReapAfterKill() const {
+    return std::chrono::milliseconds(static_cast<int64_t>(options_.reap_after_kill_seconds * 1000));
+  }
   // Stops every process left (SIGTERM, grace, SIGKILL; at once on a second Ctrl-C) and reaps.
   void StopEverything(bool graceful);
   void Say(const std::string& line);
@@ -252,6 +263,7 @@ class LocalRun {
   lifecycle::Status status_;
   std::map<int64_t, LocalWorker> workers_;
   std::vector<pid_t> all_groups_;  // every rank's process group, of every attempt
+  std::set<pid_t> left_behind_;    // ranks stuck in the kernel (LeaveBehind)
   Clock::time_point started_ = Clock::now();
   // Rank 0's /progress: the latest report, and for the ETA the first report of the attempt.
   std::optional<api::ProgressDocument> progress_;
@@ -296,7 +308,7 @@ void LocalRun::Reap() {
       r.exit_code = it->second;
       r.finished_at = now;
       // Whatever the rank left behind in its group goes with it.
-      SignalProcessGroup(r.pid, SIGKILL);
+      Signal(r.pid, SIGKILL);
     }
     const Rank* failed = worker.FirstFailure();
     if (failed != nullptr && !worker.failure_reported && !worker.deleting) {
@@ -322,7 +334,7 @@ void LocalRun::Reap() {
       // The agent's rule (DESIGN.md §3): one rank down stops the worker's other ranks.
       for (const Rank& r : worker.ranks) {
         if (!r.exit_code)
-          SignalProcessGroup(r.pid, SIGKILL);
+          Signal(r.pid, SIGKILL);
       }
     }
   }
@@ -529,7 +541,7 @@ void LocalRun::DeleteWorkers(const lifecycle::DeleteWorkers& del) {
     if (!worker.deleting || del.force) {
       for (const Rank& r : worker.ranks) {
         if (!r.exit_code)
-          SignalProcessGroup(r.pid, del.force ? SIGKILL : SIGTERM);
+          Signal(r.pid, del.force ? SIGKILL : SIGTERM);
       }
       worker.deleting = true;
       worker.kill_at = Clock::now() + std::chrono::milliseconds(
@@ -548,7 +560,15 @@ void LocalRun::EnforceKillDeadlines() {
     if (worker.deleting && worker.kill_at && Clock::now() >= *worker.kill_at) {
       for (const Rank& r : worker.ranks) {
         if (!r.exit_code)
-          SignalProcessGroup(r.pid, SIGKILL);
+          Signal(r.pid, SIGKILL);
+      }
+      if (!worker.abandon_at)
+        worker.abandon_at = Clock::now() + ReapAfterKill();
+    }
+    if (worker.abandon_at && Clock::now() >= *worker.abandon_at) {
+      for (Rank& r : worker.ranks) {
+        if (!r.exit_code)
+          LeaveBehind(r);
       }
     }
     ++it;
@@ -568,6 +588,25 @@ void LocalRun::Apply(const lifecycle::Action& action) {
   // DeleteJob (ttlSecondsAfterFinished) has no local meaning: the run directory stays.
 }
 
+void LocalRun::Signal(pid_t pgid, int signal) {
+  if (options_.signal_group) {
+    options_.signal_group(pgid, signal);
+  } else {
+    SignalProcessGroup(pgid, signal);
+  }
+}
+
+void LocalRun::LeaveBehind(Rank& r) {
+  Say(fmt::format(
+      "warning: rank {} (pid {}) is still there {} s after SIGKILL ({}): a process stuck in the "
+      "kernel, as on a hung filesystem or GPU driver, cannot die until the kernel lets it; "
+      "going on without it",
+      r.rank, r.pid, options_.reap_after_kill_seconds, worker::KernelState(r.pid)));
+  r.exit_code = 128 + SIGKILL;
+  r.finished_at = std::chrono::system_clock::now();
+  left_behind_.insert(r.pid);
+}
+
 void LocalRun::StopEverything(bool graceful) {
   const auto kill_at =
       Clock::now() +
@@ -577,10 +616,13 @@ void LocalRun::StopEverything(bool graceful) {
     worker.deleting = true;  // what they exit with now is our doing, not a failure to report
     for (const Rank& r : worker.ranks) {
       if (!r.exit_code)
-        SignalProcessGroup(r.pid, graceful ? SIGTERM : SIGKILL);
+        Signal(r.pid, graceful ? SIGTERM : SIGKILL);
     }
   }
   bool killed = !graceful;
+  std::optional<Clock::time_point> abandon_at;
+  if (killed)
+    abandon_at = Clock::now() + ReapAfterKill();
   while (true) {
     Reap();
     bool running = false;
@@ -588,16 +630,26 @@ void LocalRun::StopEverything(bool graceful) {
       running = running || !worker.AllExited();
     if (!running)
       break;
+    if (abandon_at && Clock::now() >= *abandon_at) {
+      for (auto& [index, worker] : workers_) {
+        for (Rank& r : worker.ranks) {
+          if (!r.exit_code)
+            LeaveBehind(r);
+        }
+      }
+      break;
+    }
     if (!killed && (Clock::now() >= kill_at || g_stop_count > count_at_start)) {
       if (g_stop_count > count_at_start)
         Say("second interrupt: killing every rank now");
       for (auto& [index, worker] : workers_) {
         for (const Rank& r : worker.ranks) {
           if (!r.exit_code)
-            SignalProcessGroup(r.pid, SIGKILL);
+            Signal(r.pid, SIGKILL);
         }
       }
       killed = true;
+      abandon_at = Clock::now() + ReapAfterKill();
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
@@ -607,7 +659,7 @@ void LocalRun::StopEverything(bool graceful) {
   while (true) {
     std::vector<pid_t> left;
     for (pid_t pgid : all_groups_) {
-      if (ProcessGroupExists(pgid))
+      if (!left_behind_.count(pgid) && ProcessGroupExists(pgid))
         left.push_back(pgid);
     }
     ReapExitedChildren();
@@ -618,7 +670,7 @@ void LocalRun::StopEverything(bool graceful) {
       break;
     }
     for (pid_t pgid : left)
-      SignalProcessGroup(pgid, SIGKILL);
+      Signal(pgid, SIGKILL);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   WriteStatusFile();

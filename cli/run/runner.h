@@ -5,6 +5,9 @@
 // docs/local-mode.md is the user's guide.
 #pragma once
 
+#include <sys/types.h>
+
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -25,7 +28,13 @@ struct RunOptions {
   std::string workdir;            // the run directory; empty: runs/<job name>
   bool resume = false;            // keep the run directory's checkpoints and continue
   double grace_seconds = 30;      // SIGTERM to SIGKILL when stopping ranks
-  int sample_chars = 0;           // built-in trainer: print this many sampled bytes at the end
+  // A rank still there this long after SIGKILL is stuck in the kernel (state D, as on a hung
+  // filesystem or GPU driver): it is named and left behind, counted as killed.
+  double reap_after_kill_seconds = 30;
+  // Signals a rank's process group, as kill(-pgid, signal) (tests pass one that loses SIGKILL,
+  // as such a kernel does); null: that.
+  std::function<void(pid_t pgid, int signal)> signal_group;
+  int sample_chars = 0;  // built-in trainer: print this many sampled bytes at the end
   std::string sample_prompt = "\n";
   std::string worker_binary;  // tessera-worker; empty: $TESSERA_WORKER_BINARY, else next to
                               // the running executable
@@ -39,7 +48,7 @@ struct RunOptions {
 // Runs the job and returns one of the exit codes above. Prints events, progress and the
 // summary; errors that stop the run before anything starts are one line each on stderr.
 // Installs handlers for SIGINT and SIGTERM while it runs. Not reentrant. Every process it
-// started has been reaped when it returns.
+// started has been reaped when it returns, but one stuck in the kernel, which it names.
 int RunJob(const RunOptions& options);
 
 }  // namespace tessera::cli
