@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cctype>
+#include <limits>
 #include <variant>
 #include <vector>
 
@@ -31,7 +32,13 @@ std::vector<Step> ParsePath(const std::string& path, std::string* error) {
           *error = "index '" + path.substr(i + 1, close - i - 1) + "' is not a number";
           return {};
         }
-        index = index * 10 + static_cast<size_t>(path[k] - '0');
+        const size_t digit = static_cast<size_t>(path[k] - '0');
+        // Refused rather than wrapped around, which would name another element.
+        if (index > (std::numeric_limits<size_t>::max() - digit) / 10) {
+          *error = "index '" + path.substr(i + 1, close - i - 1) + "' is too large";
+          return {};
+        }
+        index = index * 10 + digit;
       }
       steps.emplace_back(index);
       i = close + 1;

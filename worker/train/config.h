@@ -14,7 +14,7 @@ namespace tessera::train {
 
 struct DataConfig {
   std::string path;                  // UTF-8 text file; required
-  std::string tokenizer = "byte";    // only "byte" (vocabulary of 256 byte values)
+  std::string tokenizer = "byte";    // "byte" (a text file, vocab >= 256) | "uint16" (token ids)
   double validation_fraction = 0.1;  // tail of the corpus held out, in (0, 1)
 };
 

@@ -55,7 +55,8 @@ class TrainMetrics {
   void SetMemoryBytes(const std::string& kind, double bytes);
   // tessera_comm_seconds_total{op,dim} and tessera_comm_bytes_total{op,dim}: `seconds` is the
   // time the step waited for the operation (what overlap did not hide), `bytes` what this
-  // rank contributed. op: all_reduce, reduce_scatter, all_gather; dim: data, pipeline, tensor.
+  // rank contributed. op: all_reduce, reduce_scatter, all_gather, send_recv; dim: data,
+  // pipeline, tensor.
   void RecordComm(const std::string& op, const std::string& dim, double seconds, double bytes);
   // tessera_pipeline_bubble_ratio: the fraction of the last step's forward and backward this
   // pipeline stage spent waiting for its neighbours (0 without pipeline parallelism).

@@ -29,10 +29,10 @@ kind: TrainingJob
 metadata: {name: j}
 spec:
   workers: 2
-  parallelism: {microBatches: 2}
+  parallelism: {microBatches: 2, zeroStage: 1, bucketMiB: 10, schedule: GPipe}
   trainer:
     model: {layers: 3, dModel: 96, heads: 4, seqLen: 32}
-    data: {path: data/x.txt, validationFraction: 0.2}
+    data: {path: data/x.txt, tokenizer: uint16, validationFraction: 0.2}
     batch: {global: 8}
     optimizer: {lr: 1.5e-3, weightDecay: 0.05, beta1: 0.8, beta2: 0.99, gradClip: 0.5}
     schedule: {steps: 123, warmupSteps: 7, decay: constant}
@@ -83,9 +83,13 @@ TEST(TrainerConfigFromJob, MapsEveryTrainerField) {
   EXPECT_EQ(c.model.seq_len, 32);
   EXPECT_EQ(c.model.vocab, 256);
   EXPECT_EQ(c.data.path, "data/x.txt");
+  EXPECT_EQ(c.data.tokenizer, "uint16");
   EXPECT_DOUBLE_EQ(c.data.validation_fraction, 0.2);
   EXPECT_EQ(c.batch.global, 8);
   EXPECT_EQ(c.batch.micro_batches, 2);
+  EXPECT_EQ(c.parallel.zero_stage, 1);
+  EXPECT_DOUBLE_EQ(c.parallel.bucket_mib, 10);
+  EXPECT_EQ(c.parallel.schedule, "GPipe");
   EXPECT_DOUBLE_EQ(c.optimizer.lr, 1.5e-3);
   EXPECT_DOUBLE_EQ(c.optimizer.weight_decay, 0.05);
   EXPECT_DOUBLE_EQ(c.optimizer.beta1, 0.8);
@@ -114,6 +118,61 @@ TEST(TrainerConfigFromJob, YamlRoundTripKeepsTheTrajectory) {
   EXPECT_EQ(back.checkpoint.keep, c.checkpoint.keep);
   EXPECT_EQ(back.metrics.port, c.metrics.port);
   EXPECT_EQ(back.batch.micro_batches, c.batch.micro_batches);
+}
+
+// TrainerConfigYaml writes every field, so the worker reads back what `tessera run` decided,
+// not the trainer's defaults.
+TEST(TrainerConfigYaml, RoundTripsEveryField) {
+  train::TrainerConfig c;
+  c.model = {.layers = 3, .d_model = 48, .heads = 3, .seq_len = 32, .vocab = 300};
+  c.data = {.path = "corpus.bin", .tokenizer = "uint16", .validation_fraction = 0.25};
+  c.batch = {.global = 12, .micro_batches = 3};
+  c.optimizer = {
+      .lr = 1e-3, .weight_decay = 0.05, .beta1 = 0.8, .beta2 = 0.99, .eps = 1e-7, .grad_clip = 0.5};
+  c.schedule = {.steps = 50,
+                .warmup_steps = 5,
+                .decay = train::Decay::kLinear,
+                .min_lr_ratio = 0.2,
+                .eval_every = 10,
+                .eval_batches = 2};
+  c.seed = 7;
+  c.checkpoint = {.dir = "ckpt", .every_steps = 25, .keep = 2};
+  c.metrics = {.port = 0, .peak_flops_per_second = 1e11};
+  c.parallel = {.zero_stage = 1, .bucket_mib = 8, .schedule = "GPipe"};
+  c.precision = train::Precision::kBf16;
+  c.log_every = 5;
+  train::TrainerConfig back;
+  ASSERT_TRUE(train::ParseTrainerConfigYaml(train::TrainerConfigYaml(c), "roundtrip", &back).ok());
+  // Every value above differs from TrainerConfig's default, so a field left out shows.
+  EXPECT_EQ(train::TrajectoryJson(back), train::TrajectoryJson(c));
+  EXPECT_EQ(back.data.path, "corpus.bin");
+  EXPECT_EQ(back.batch.micro_batches, 3);
+  EXPECT_EQ(back.schedule.eval_every, 10);
+  EXPECT_EQ(back.schedule.eval_batches, 2);
+  EXPECT_EQ(back.checkpoint.dir, "ckpt");
+  EXPECT_EQ(back.checkpoint.every_steps, 25);
+  EXPECT_EQ(back.checkpoint.keep, 2);
+  EXPECT_EQ(back.metrics.port, 0);
+  EXPECT_DOUBLE_EQ(back.metrics.peak_flops_per_second, 1e11);
+  EXPECT_EQ(back.parallel.zero_stage, 1);
+  EXPECT_DOUBLE_EQ(back.parallel.bucket_mib, 8);
+  EXPECT_EQ(back.parallel.schedule, "GPipe");
+  EXPECT_EQ(back.log_every, 5);
+}
+
+// A preset is expanded by the trainer, and its name is kept for the logs.
+TEST(TrainerConfigFromJob, PresetThenExplicitFields) {
+  train::TrainerConfig c;
+  ASSERT_TRUE(train::TrainerConfigFromJob(
+                  Decode("apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: "
+                         "j}\nspec: {trainer: {model: {preset: gpt2-124m, seqLen: 256}, data: "
+                         "{path: x}}}\n"),
+                  &c)
+                  .ok());
+  EXPECT_EQ(c.model_preset, "gpt2-124m");
+  EXPECT_EQ(c.model.layers, 12);
+  EXPECT_EQ(c.model.d_model, 768);
+  EXPECT_EQ(c.model.seq_len, 256);
 }
 
 TEST(TrainerConfigFromJob, Bf16SelectsTheGpuModelAndRoundTrips) {
@@ -150,6 +209,16 @@ TEST(TrainerConfigFromJob, RefusesWhatTheBuiltinTrainerCannotDo) {
            {"  trainer: {data: {path: x}, precision: fp16}\n", "spec.trainer.precision"},
            {"  trainer: {data: {}}\n", "spec.trainer.data.path"},
            {"  workers: 1\n", "spec.trainer"},
+           {"  trainer: {data: {path: \"\"}}\n", "spec.trainer.data.path: missing"},
+           {"  trainer: {data: {path: x}, seed: -1}\n", "spec.trainer.seed: -1 is negative"},
+           {"  trainer: {data: {path: x}, schedule: {decay: exponential}}\n",
+            "spec.trainer.schedule.decay: 'exponential' is not supported by the built-in trainer"},
+           {"  trainer: {data: {path: x}, model: {preset: gpt9}}\n",
+            "spec.trainer.model.preset: unknown preset 'gpt9'"},
+           {"  trainer: {data: {path: x}, model: {layers: 2147483648}}\n",
+            "spec.trainer.model.layers: 2147483648 is out of range"},
+           {"  trainer: {data: {path: x}, batch: {global: -2147483649}}\n",
+            "spec.trainer.batch.global: -2147483649 is out of range"},
        }) {
     train::TrainerConfig c;
     const train::Status st = train::TrainerConfigFromJob(Decode(head + u.set), &c);

@@ -6,7 +6,10 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace tessera::cli {
 namespace {
@@ -59,6 +62,68 @@ TEST_F(JobFileTest, UnknownFieldOfStatusIsStillRefused) {
   EXPECT_FALSE(LoadJobFile("tessera run", file, {}, &job));
   EXPECT_NE(testing::internal::GetCapturedStderr().find("status.foo: unknown field"),
             std::string::npos);
+}
+
+// Exactly one document: an empty file and a file of two are each one line, naming the count.
+TEST_F(JobFileTest, OneDocumentExactly) {
+  for (const auto& [text, count] :
+       std::vector<std::pair<std::string, int>>{{"", 0}, {std::string(kJob) + "---\n" + kJob, 2}}) {
+    const std::string file = Write(text);
+    api::TrainingJob job;
+    testing::internal::CaptureStderr();
+    EXPECT_FALSE(LoadJobFile("tessera plan", file, {}, &job));
+    EXPECT_EQ(testing::internal::GetCapturedStderr(),
+              "tessera plan: " + file + ": holds " + std::to_string(count) +
+                  " documents; tessera plan takes exactly one TrainingJob\n");
+  }
+}
+
+// Overrides apply in order before validation; a refused one is the command's one line.
+TEST_F(JobFileTest, SetsApplyInOrderAndARefusedOneStops) {
+  const std::string file = Write(kJob);
+  api::TrainingJob job;
+  ASSERT_TRUE(LoadJobFile("tessera run", file,
+                          {"spec.trainer.schedule.steps=7", "trainer.schedule.steps=9"}, &job));
+  EXPECT_EQ(job.spec.trainer->schedule.steps, std::optional<int64_t>(9));
+  testing::internal::CaptureStderr();
+  EXPECT_FALSE(LoadJobFile("tessera run", file, {"spec.workers"}, &job));
+  EXPECT_EQ(testing::internal::GetCapturedStderr(),
+            "tessera run: --set spec.workers: expected path=value, e.g. "
+            "spec.trainer.schedule.steps=50\n");
+  // An override the api refuses is reported as `tessera validate` reports the file.
+  testing::internal::CaptureStderr();
+  EXPECT_FALSE(LoadJobFile("tessera run", file, {"spec.workers=0"}, &job));
+  EXPECT_NE(testing::internal::GetCapturedStderr().find(file + ": spec.workers: must be >= 1"),
+            std::string::npos);
+}
+
+// A job whose pod template has these containers (JSON text).
+api::TrainingJob WithContainers(const std::string& containers) {
+  api::TrainingJob job;
+  job.spec.pod_template = nlohmann::json::parse(R"({"spec": {"containers": )" + containers + "}}");
+  return job;
+}
+
+TEST(WorkerCommand, TheContainerNamedWorker) {
+  const api::TrainingJob job = WithContainers(R"([
+      {"name": "sidecar", "command": ["sleep", "inf"]},
+      {"name": "worker", "image": "x", "command": ["python3", "-u"], "args": ["train.py", 3]}])");
+  EXPECT_EQ(WorkerContainerIndex(job), std::optional<size_t>(1));
+  nlohmann::json container;
+  EXPECT_EQ(WorkerCommand(job, &container),
+            (std::vector<std::string>{"python3", "-u", "train.py", "3"}));
+  EXPECT_EQ(container["image"], "x");
+}
+
+TEST(WorkerCommand, NoCommandIsTheBuiltinTrainer) {
+  for (const char* containers : {R"([{"name": "worker", "args": ["--flag"]}])",
+                                 R"([{"name": "worker", "command": [], "args": ["x"]}])",
+                                 R"([{"name": "other", "command": ["sh"]}])"}) {
+    nlohmann::json container;
+    EXPECT_TRUE(WorkerCommand(WithContainers(containers), &container).empty()) << containers;
+  }
+  EXPECT_FALSE(WorkerContainerIndex(WithContainers(R"([{"name": "other"}])")).has_value());
+  EXPECT_FALSE(WorkerContainerIndex(api::TrainingJob{}).has_value());
 }
 
 }  // namespace

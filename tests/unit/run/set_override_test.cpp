@@ -42,7 +42,12 @@ INSTANTIATE_TEST_SUITE_P(
                 "/spec/template/spec/containers/0/command", json::array({"sh", "-c", "exit 2"})},
         SetCase{"spec.template.spec.containers[1].name=sidecar",
                 "/spec/template/spec/containers/1/name", "sidecar"},
-        SetCase{"spec.trainer.data.path=a=b.txt", "/spec/trainer/data/path", "a=b.txt"}));
+        SetCase{"spec.trainer.data.path=a=b.txt", "/spec/trainer/data/path", "a=b.txt"},
+        SetCase{"metadata.name=", "/metadata/name", ""},  // an empty value is an empty string
+        SetCase{"kind=Other", "/kind", "Other"}, SetCase{"apiVersion=v2", "/apiVersion", "v2"},
+        SetCase{"spec.trainer.tags[0]=a", "/spec/trainer/tags", json::array({"a"})},  // a new list
+        SetCase{"spec.template.spec.containers[0].args[0]=x",
+                "/spec/template/spec/containers/0/args", json::array({"x"})}));
 
 struct BadCase {
   std::string assignment;
@@ -67,6 +72,12 @@ INSTANTIATE_TEST_SUITE_P(
                     BadCase{"spec.workers.=1", "ends with '.'"},
                     BadCase{"spec.template.spec.containers[x].name=a", "not a number"},
                     BadCase{"spec.template.spec.containers[5].name=a", "past the end"},
+                    BadCase{"spec.template.spec.containers[].name=a", "unclosed or empty [index]"},
+                    BadCase{"spec.template.spec.containers[0.name=a", "unclosed or empty [index]"},
+                    // 2^64: once wrapped around to 0 and replaced the first container's name.
+                    BadCase{"spec.template.spec.containers[18446744073709551616].name=a",
+                            "index '18446744073709551616' is too large"},
+                    BadCase{"[0]=1", "--set [0]=1: spec[0] indexes a value that is not a list"},
                     BadCase{"spec.workers.count=1", "not an object"},
                     BadCase{"spec.trainer[0]=1", "not a list"},
                     BadCase{"spec.workers=[1, 2", "not valid YAML"},

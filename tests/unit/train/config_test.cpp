@@ -2,6 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <functional>
+#include <iterator>
+#include <limits>
+
 namespace tessera::train {
 namespace {
 
@@ -16,6 +21,7 @@ precision: fp32
 seed: 7
 checkpoint: {dir: ckpt, everySteps: 25, keep: 2}
 metrics: {port: 0, peakFlopsPerSecond: 1.0e11}
+parallelism: {zeroStage: 1, bucketMiB: 8, schedule: GPipe}
 logEvery: 5
 )";
   TrainerConfig c;
@@ -47,8 +53,25 @@ logEvery: 5
   EXPECT_EQ(c.checkpoint.keep, 2);
   EXPECT_EQ(c.metrics.port, 0);
   EXPECT_DOUBLE_EQ(c.metrics.peak_flops_per_second, 1e11);
+  EXPECT_EQ(c.parallel.zero_stage, 1);
+  EXPECT_DOUBLE_EQ(c.parallel.bucket_mib, 8);
+  EXPECT_EQ(c.parallel.schedule, "GPipe");
   EXPECT_EQ(c.log_every, 5);
   EXPECT_TRUE(ValidateTrainerConfig(c, 1).ok());
+}
+
+// Each decay reads as itself, and DecayName (the config hash, the worker's YAML) writes it back.
+TEST(TrainerConfig, EveryDecayReadsAndNamesItself) {
+  for (const Decay decay : {Decay::kCosine, Decay::kLinear, Decay::kConstant}) {
+    TrainerConfig c;
+    c.schedule.decay = decay == Decay::kCosine ? Decay::kLinear : Decay::kCosine;
+    const std::string yaml = std::string("schedule: {decay: ") + DecayName(decay) + "}";
+    ASSERT_TRUE(ParseTrainerConfigYaml(yaml, "t.yaml", &c).ok()) << yaml;
+    EXPECT_EQ(c.schedule.decay, decay) << yaml;
+  }
+  EXPECT_STREQ(DecayName(Decay::kCosine), "cosine");
+  EXPECT_STREQ(DecayName(Decay::kLinear), "linear");
+  EXPECT_STREQ(DecayName(Decay::kConstant), "constant");
 }
 
 TEST(TrainerConfig, PresetThenExplicitFields) {
@@ -83,6 +106,24 @@ TEST(TrainerConfig, ErrorsNameTheField) {
   }
 }
 
+// The whole line, for problems the table above only finds a part of.
+TEST(TrainerConfig, ErrorMessagesInFull) {
+  struct Case {
+    const char* yaml;
+    const char* message;
+  } cases[] = {
+      {"seed: [1]", "t.yaml: seed: expected a non-negative integer"},
+      {"batch: {global: 8}\nschedule: {steps: ten}",
+       "t.yaml: schedule.steps: expected an integer, got 'ten'"},
+      {"seed: 1\nbatch: {global: 8}\nmodel: {layers: 2}}\nlogEvery: 5\n",
+       "t.yaml: not valid YAML (line 3): illegal flow end"},
+  };
+  for (const Case& c : cases) {
+    TrainerConfig config;
+    EXPECT_EQ(ParseTrainerConfigYaml(c.yaml, "t.yaml", &config).message(), c.message) << c.yaml;
+  }
+}
+
 TEST(TrainerConfig, OverridesSetNestedFields) {
   TrainerConfig c;
   ASSERT_TRUE(ApplyTrainerConfigOverride("schedule.steps=10", &c).ok());
@@ -93,6 +134,18 @@ TEST(TrainerConfig, OverridesSetNestedFields) {
   EXPECT_EQ(c.seed, 5u);
   EXPECT_EQ(ApplyTrainerConfigOverride("schedule.stepz=1", &c).exit_code(), 2);
   EXPECT_EQ(ApplyTrainerConfigOverride("noequals", &c).exit_code(), 2);
+}
+
+// A refused override names itself: the key as given, then the problem.
+TEST(TrainerConfig, OverrideErrorsNameTheAssignment) {
+  TrainerConfig c;
+  Status st = ApplyTrainerConfigOverride("schedule.stepz=1", &c);
+  EXPECT_EQ(st.message(), "--set schedule.stepz: schedule.stepz: unknown field");
+  st = ApplyTrainerConfigOverride("=3", &c);
+  EXPECT_EQ(st.exit_code(), 2);
+  EXPECT_EQ(st.message(), "--set '=3': expected key=value");
+  EXPECT_EQ(ApplyTrainerConfigOverride("seed=many", &c).message(),
+            "--set seed: seed: expected a non-negative integer, got 'many'");
 }
 
 // A value yaml-cpp cannot parse once ended the worker (an uncaught YAML::ParserException).
@@ -153,6 +206,40 @@ TEST(TrainerConfig, ValidationNamesTheField) {
       {[](TrainerConfig& c) { c.schedule.steps = 0; }, 1, "schedule.steps"},
       {[](TrainerConfig& c) { c.checkpoint.keep = 0; }, 1, "checkpoint.keep"},
       {[](TrainerConfig& c) { c.metrics.port = 70000; }, 1, "metrics.port"},
+      {[](TrainerConfig& c) { c.model.layers = 0; }, 1, "model.layers: must be positive, got 0"},
+      {[](TrainerConfig& c) { c.model.d_model = 0; }, 1, "model.dModel: must be positive, got 0"},
+      {[](TrainerConfig& c) { c.model.heads = 0; }, 1, "model.heads: must be positive, got 0"},
+      {[](TrainerConfig& c) { c.model.seq_len = 0; }, 1, "model.seqLen: must be positive, got 0"},
+      {[](TrainerConfig& c) { c.model.vocab = -1; }, 1, "model.vocab: must be positive, got -1"},
+      {[](TrainerConfig& c) { c.schedule.eval_batches = 0; }, 1,
+       "schedule.evalBatches: must be positive, got 0"},
+      {[](TrainerConfig& c) { c.log_every = 0; }, 1, "logEvery: must be positive, got 0"},
+      {[](TrainerConfig& c) {
+         c.data.tokenizer = "uint16";
+         c.model.vocab = 65537;
+       },
+       1, "model.vocab: 65537 is larger than the 65536 ids"},
+      {[](TrainerConfig& c) { c.optimizer.lr = std::numeric_limits<double>::infinity(); }, 1,
+       "optimizer.lr: must be positive, got inf"},
+      {[](TrainerConfig& c) { c.optimizer.lr = std::nan(""); }, 1, "optimizer.lr"},
+      {[](TrainerConfig& c) { c.optimizer.weight_decay = -0.1; }, 1, "optimizer.weightDecay"},
+      {[](TrainerConfig& c) { c.optimizer.beta1 = -0.1; }, 1,
+       "optimizer.beta1: -0.1 is not in [0, 1)"},
+      {[](TrainerConfig& c) { c.optimizer.beta1 = 1; }, 1, "optimizer.beta1: 1 is not in [0, 1)"},
+      {[](TrainerConfig& c) { c.optimizer.eps = 0; }, 1, "optimizer.eps"},
+      {[](TrainerConfig& c) { c.schedule.warmup_steps = -1; }, 1, "schedule.warmupSteps"},
+      {[](TrainerConfig& c) { c.schedule.min_lr_ratio = 1.5; }, 1, "schedule.minLrRatio"},
+      {[](TrainerConfig& c) { c.schedule.min_lr_ratio = -0.1; }, 1, "schedule.minLrRatio"},
+      {[](TrainerConfig& c) { c.schedule.eval_every = -1; }, 1, "schedule.evalEvery"},
+      {[](TrainerConfig& c) { c.checkpoint.every_steps = -1; }, 1, "checkpoint.everySteps"},
+      {[](TrainerConfig& c) { c.metrics.port = -2; }, 1, "metrics.port: -2 is not a port"},
+      {[](TrainerConfig& c) { c.metrics.peak_flops_per_second = -1; }, 1,
+       "metrics.peakFlopsPerSecond"},
+      {[](TrainerConfig& c) { c.parallel.zero_stage = 2; }, 1,
+       "parallelism.zeroStage: 2 is not 0 or 1"},
+      {[](TrainerConfig& c) { c.parallel.bucket_mib = 0; }, 1, "parallelism.bucketMiB"},
+      {[](TrainerConfig& c) { c.parallel.bucket_mib = std::numeric_limits<double>::infinity(); }, 1,
+       "parallelism.bucketMiB"},
   };
   for (const Case& k : cases) {
     TrainerConfig c;
@@ -163,6 +250,36 @@ TEST(TrainerConfig, ValidationNamesTheField) {
     const Status st = ValidateTrainerConfig(c, k.world_size);
     EXPECT_EQ(st.exit_code(), 2) << k.field;
     EXPECT_EQ(st.message().rfind(k.field, 0), 0u) << k.field << " -> " << st.message();
+  }
+}
+
+// The ends of each range that are allowed, with what they mean (docs/training.md).
+TEST(TrainerConfig, ValidationAcceptsTheEndsOfEachRange) {
+  const std::function<void(TrainerConfig&)> cases[] = {
+      [](TrainerConfig& c) {
+        c.data.tokenizer = "uint16";
+        c.model.vocab = 65536;
+      },
+      [](TrainerConfig& c) { c.optimizer.weight_decay = 0; },
+      [](TrainerConfig& c) { c.optimizer.beta1 = 0; },
+      [](TrainerConfig& c) { c.optimizer.grad_clip = 0; },    // no clipping
+      [](TrainerConfig& c) { c.schedule.warmup_steps = 0; },  // no warm-up
+      [](TrainerConfig& c) { c.schedule.min_lr_ratio = 0; },
+      [](TrainerConfig& c) { c.schedule.min_lr_ratio = 1; },
+      [](TrainerConfig& c) { c.schedule.eval_every = 0; },     // only at the end
+      [](TrainerConfig& c) { c.checkpoint.every_steps = 0; },  // only at the end
+      [](TrainerConfig& c) { c.metrics.port = -1; },           // off
+      [](TrainerConfig& c) { c.metrics.port = 0; },            // any free port
+      [](TrainerConfig& c) { c.metrics.port = 65535; },
+      [](TrainerConfig& c) { c.parallel.zero_stage = 1; },
+  };
+  for (size_t i = 0; i < std::size(cases); ++i) {
+    TrainerConfig c;
+    c.data.path = "corpus.txt";
+    c.batch.global = 8;
+    cases[i](c);
+    const Status st = ValidateTrainerConfig(c, 1);
+    EXPECT_TRUE(st.ok()) << "case " << i << ": " << st.message();
   }
 }
 
@@ -191,12 +308,16 @@ TEST(ValidateTrainerConfig, ModelParallelLayouts) {
       {16, 2, 1, "1F1B",
        "batch.global: 8 is not divisible by data-parallel ranks (8) x "
        "microBatches (4)"},
+      {0, 1, 1, "1F1B", "WORLD_SIZE: 0 is not positive"},
+      {4, 0, 1, "1F1B", "TESSERA_MESH: pipeline 0 x tensor 1 does not divide WORLD_SIZE 4"},
+      {4, 1, 0, "1F1B", "TESSERA_MESH: pipeline 1 x tensor 0 does not divide WORLD_SIZE 4"},
+      {4, 4, 1, "1F1B", ""},  // one block a stage
   };
   for (const Case& k : cases) {
     TrainerConfig t = c;
     t.parallel.schedule = k.schedule;
     const Status st = ValidateTrainerConfig(t, k.world, k.pipeline, k.tensor);
-    EXPECT_EQ(st.exit_code(), 2) << k.message;
+    EXPECT_EQ(st.exit_code(), k.message.empty() ? 0 : 2) << k.message;
     EXPECT_EQ(st.message(), k.message);
   }
 }
@@ -214,6 +335,10 @@ TEST(ValidateTrainerConfig, Bf16IsDataParallelOnly) {
   EXPECT_EQ(mesh.message().rfind("precision: bf16 (the GPU model) runs data parallelism only", 0),
             0u)
       << mesh.message();
+  const Status tensor = ValidateTrainerConfig(c, 4, 1, 2);
+  EXPECT_EQ(tensor.message().rfind("precision: bf16 (the GPU model) runs data parallelism only", 0),
+            0u)
+      << tensor.message();
   c.parallel.zero_stage = 1;
   const Status zero = ValidateTrainerConfig(c, 4);
   EXPECT_EQ(zero.exit_code(), 2);
@@ -233,6 +358,8 @@ TEST(ConfigHash, CoversTheTrajectoryOnly) {
   same.metrics.port = 1;
   same.batch.micro_batches = 4;
   same.schedule.eval_every = 7;
+  same.schedule.eval_batches = 3;
+  same.log_every = 1;
   EXPECT_EQ(ConfigHash(same), h);
   const std::vector<std::function<void(TrainerConfig&)>> changes = {
       [](TrainerConfig& c) { c.optimizer.lr *= 2; },
@@ -243,6 +370,19 @@ TEST(ConfigHash, CoversTheTrajectoryOnly) {
       [](TrainerConfig& c) { c.schedule.decay = Decay::kConstant; },
       [](TrainerConfig& c) { c.data.validation_fraction = 0.2; },
       [](TrainerConfig& c) { c.precision = Precision::kBf16; },
+      [](TrainerConfig& c) { c.model.d_model *= 2; },
+      [](TrainerConfig& c) { c.model.heads *= 2; },
+      [](TrainerConfig& c) { c.model.seq_len *= 2; },
+      [](TrainerConfig& c) { c.model.vocab += 1; },
+      [](TrainerConfig& c) { c.data.tokenizer = "uint16"; },
+      [](TrainerConfig& c) { c.optimizer.weight_decay = 0; },
+      [](TrainerConfig& c) { c.optimizer.beta1 = 0.8; },
+      [](TrainerConfig& c) { c.optimizer.beta2 = 0.99; },
+      [](TrainerConfig& c) { c.optimizer.eps = 1e-6; },
+      [](TrainerConfig& c) { c.optimizer.grad_clip = 0; },
+      [](TrainerConfig& c) { c.schedule.warmup_steps += 1; },
+      [](TrainerConfig& c) { c.schedule.decay = Decay::kLinear; },
+      [](TrainerConfig& c) { c.schedule.min_lr_ratio = 0; },
   };
   for (size_t i = 0; i < changes.size(); ++i) {
     TrainerConfig c = base;

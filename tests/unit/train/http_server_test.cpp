@@ -61,11 +61,19 @@ TEST_F(HttpServerTest, AnswersARouteWithItsBodyComputedPerRequest) {
   // HEAD: the headers of a GET, no body.
   const std::string head = Exchange(server_->port(), "HEAD /metrics HTTP/1.1\r\n\r\n");
   EXPECT_EQ(head.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << head;
+  EXPECT_NE(head.find("Content-Length: 7\r\n"), std::string::npos) << head;  // the GET's
   EXPECT_EQ(head.substr(head.size() - 4), "\r\n\r\n") << head;
+  // A request line without a version is still read up to its end.
+  const std::string bare = Exchange(server_->port(), "GET /metrics\r\n\r\n");
+  EXPECT_EQ(bare.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << bare;
+  EXPECT_EQ(bare.substr(bare.size() - 7), "calls 4") << bare;
 }
 
 TEST_F(HttpServerTest, UnknownPathsMethodsAndGarbageGetErrorsAndTheServerKeepsServing) {
   EXPECT_EQ(Exchange(server_->port(), "GET /nope HTTP/1.1\r\n\r\n").rfind("HTTP/1.1 404", 0), 0u);
+  const std::string head_nope = Exchange(server_->port(), "HEAD /nope HTTP/1.1\r\n\r\n");
+  EXPECT_EQ(head_nope.rfind("HTTP/1.1 404", 0), 0u) << head_nope;
+  EXPECT_EQ(head_nope.substr(head_nope.size() - 4), "\r\n\r\n") << head_nope;  // no body
   EXPECT_EQ(Exchange(server_->port(), "POST /metrics HTTP/1.1\r\n\r\n").rfind("HTTP/1.1 405", 0),
             0u);
   EXPECT_EQ(Exchange(server_->port(), "garbage\r\n\r\n").rfind("HTTP/1.1 400", 0), 0u);
@@ -73,6 +81,15 @@ TEST_F(HttpServerTest, UnknownPathsMethodsAndGarbageGetErrorsAndTheServerKeepsSe
   EXPECT_EQ(Exchange(server_->port(), ""), "");
   EXPECT_EQ(Exchange(server_->port(), "GET /metrics HTTP/1.1\r\n\r\n").rfind("HTTP/1.1 200", 0),
             0u);
+}
+
+// A request head is read up to 16 KiB: one that reaches it without its blank line is answered
+// from what came, not waited on (the client sends exactly that much, so none is left unread).
+TEST_F(HttpServerTest, AHeadOfTheSizeLimitIsAnsweredWithoutWaitingForMore) {
+  std::string request = "GET /metrics HTTP/1.1\r\nX-Padding: ";
+  request.resize(16 * 1024, 'x');
+  const std::string answer = Exchange(server_->port(), request);
+  EXPECT_EQ(answer.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << answer.substr(0, 200);
 }
 
 // A client that sends its request one byte at a time, slower than the server waits for a

@@ -93,6 +93,28 @@ TEST(TrainMetrics, ValidationLossIsNoValueUntilTheFirstEvaluation) {
   EXPECT_EQ(SampleValue(resumed.MetricsText(), "tessera_train_validation_loss"), 3.75);
 }
 
+// docs/metrics.md: the communication counters by op and dim, the all_reduce/data series from
+// the start, and the measured pipeline bubble.
+TEST(TrainMetrics, CommunicationAndPipelineBubble) {
+  TrainMetrics m(50);
+  const std::string fresh = m.MetricsText();
+  for (const char* line : {"tessera_comm_seconds_total{dim=\"data\",op=\"all_reduce\"} 0",
+                           "tessera_comm_bytes_total{dim=\"data\",op=\"all_reduce\"} 0",
+                           "tessera_pipeline_bubble_ratio 0"}) {
+    EXPECT_NE(fresh.find(line), std::string::npos) << line << "\n" << fresh;
+  }
+  m.RecordComm("reduce_scatter", "pipeline", 0.5, 1024);
+  m.RecordComm("reduce_scatter", "pipeline", 0.25, 2048);
+  m.SetPipelineBubble(0.375);
+  const std::string text = m.MetricsText();
+  for (const char* line :
+       {"tessera_comm_seconds_total{dim=\"pipeline\",op=\"reduce_scatter\"} 0.75",
+        "tessera_comm_bytes_total{dim=\"pipeline\",op=\"reduce_scatter\"} 3072",
+        "tessera_pipeline_bubble_ratio 0.375"}) {
+    EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
+  }
+}
+
 TEST(TrainMetrics, MemoryHelpNamesEveryKind) {
   TrainMetrics m(50);
   for (const char* kind : {"parameters", "gradients", "optimizer", "activations", "resident"})

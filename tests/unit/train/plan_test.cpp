@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+#include <optional>
 #include <random>
 
 #include "worker/comm/local_gang.h"
@@ -139,6 +142,72 @@ TEST(TrainingPlan, ZeroOneShardsTheMoments) {
   EXPECT_EQ(sharded.stages[0].memory.parameters, replicated.stages[0].memory.parameters);
 }
 
+// The batch and work figures `tessera plan` prints: sequences a data-parallel rank, tokens a
+// step, and each stage's share of the cost model's work.
+TEST(TrainingPlan, BatchSplitAndShareOfTheWork) {
+  const TrainerConfig c = Config(2, 2, 3);  // 12 sequences of 16 tokens over 2 data ranks
+  TrainingPlan plan;
+  ASSERT_TRUE(PlanTraining(c, 8, 2, 2, &plan).ok());
+  EXPECT_EQ(plan.sequences_per_rank, 6);
+  EXPECT_EQ(plan.micro_batches, 2);
+  EXPECT_EQ(plan.micro_batch, 3);
+  EXPECT_EQ(plan.tokens_per_step, 12 * 16);
+  ASSERT_EQ(plan.stages.size(), 2u);
+  const double cost = plan.stages[0].layers.cost + plan.stages[1].layers.cost;
+  for (const StagePlan& stage : plan.stages)
+    EXPECT_DOUBLE_EQ(stage.cost_share, stage.layers.cost / cost);
+  EXPECT_DOUBLE_EQ(plan.stages[0].cost_share + plan.stages[1].cost_share, 1.0);
+}
+
+// The attention probabilities of a CPU rank: (B, heads / tensor, T, T) floats a block of the
+// stage, for every micro-batch alive at once.
+TEST(TrainingPlan, AttentionIsTheTSquaredPartOfTheActivations) {
+  TrainerConfig c = Config(1, 4, 2);
+  c.parallel.schedule = "GPipe";
+  TrainingPlan plan;
+  ASSERT_TRUE(PlanTraining(c, 4, 2, 2, &plan).ok());
+  for (const StagePlan& stage : plan.stages) {
+    const int64_t blocks = stage.layers.end - stage.layers.first;
+    EXPECT_EQ(stage.in_flight, 4);
+    EXPECT_EQ(stage.memory.attention, 4 * blocks * 2 * (4 / 2) * 16 * 16 * 4);
+    EXPECT_LT(stage.memory.attention, stage.memory.activations);
+  }
+}
+
+// A text corpus found at data.path is held by every rank as 16-bit ids; a uint16 file is mapped
+// (0); a corpus that is not here is not counted.
+TEST(TrainingPlan, CorpusIdsAreCountedWhenTheFileIsHere) {
+  const std::filesystem::path path =
+      std::filesystem::path(::testing::TempDir()) / "plan_corpus.txt";
+  std::ofstream(path) << std::string(3000, 'a');
+  TrainerConfig c = Config(1, 1, 2);
+  c.data.path = path.string();
+  TrainingPlan plan;
+  ASSERT_TRUE(PlanTraining(c, 2, 2, 1, &plan).ok());
+  EXPECT_EQ(plan.corpus_bytes, std::optional<int64_t>(3000));
+  for (const StagePlan& stage : plan.stages) {
+    EXPECT_EQ(stage.memory.data, 6000);
+    const RankMemory& m = stage.memory;
+    EXPECT_EQ(m.total(), m.parameters + m.gradients + m.optimizer + m.activations + 6000);
+  }
+  const Status st = CheckStageFits(plan.stages[0], 2, 16, 1024, "memory");
+  EXPECT_NE(st.message().find("AdamW state and 5.9 KiB of corpus ids, but 1.0 KiB of memory"),
+            std::string::npos)
+      << st.message();
+
+  c.data.tokenizer = "uint16";
+  ASSERT_TRUE(PlanTraining(c, 2, 2, 1, &plan).ok());
+  EXPECT_EQ(plan.corpus_bytes, std::optional<int64_t>(3000));
+  EXPECT_EQ(plan.stages[0].memory.data, 0);
+
+  c.data.tokenizer = "byte";
+  c.data.path = (std::filesystem::path(::testing::TempDir()) / "no_such_corpus.txt").string();
+  ASSERT_TRUE(PlanTraining(c, 2, 2, 1, &plan).ok());
+  EXPECT_FALSE(plan.corpus_bytes.has_value());
+  EXPECT_EQ(plan.stages[0].memory.data, 0);
+  std::filesystem::remove(path);
+}
+
 TEST(TrainingPlan, ARefusedConfigurationIsBadConfig) {
   TrainerConfig c = Config(2, 1, 2);
   TrainingPlan plan;
@@ -227,6 +296,7 @@ TEST(TrainingPlan, CheckStageFitsNamesTheFieldsAndTheFigures) {
   ASSERT_TRUE(PlanTraining(c, 1, 1, 1, &plan, model::GpuAttention::kFlashMma2).ok());
   EXPECT_LT(plan.stages[0].memory.activations,
             model::GptCudaMemoryFor(c.model, 4, 16, model::GpuAttention::kMatmul).activations);
+  EXPECT_EQ(plan.stages[0].parameters, plan.parameters);  // the whole model on every GPU
   st = CheckStageFits(plan.stages[0], 4, 16, 1024, "the free memory of CUDA device 0");
   EXPECT_EQ(st.message().find("TESSERA_ATTENTION"), std::string::npos) << st.message();
 }
@@ -260,6 +330,8 @@ TEST(TrainingPlan, CheckPodFitsAddsThePodsRanks) {
             0u)
       << st.message();
   EXPECT_NE(st.message().find("procsPerWorker"), std::string::npos);
+  // Each rank fits exactly, together they do not.
+  EXPECT_EQ(CheckPodFits(plan, 0, 4, largest).exit_code(), 2);
 
   // A GPU job's ranks each have a device of their own.
   c.precision = Precision::kBf16;
@@ -269,6 +341,9 @@ TEST(TrainingPlan, CheckPodFitsAddsThePodsRanks) {
 
 TEST(FormatBytes, BinaryUnits) {
   EXPECT_EQ(FormatBytes(12), "12 B");
+  EXPECT_EQ(FormatBytes(1023), "1023 B");
+  EXPECT_EQ(FormatBytes(1024), "1.0 KiB");
+  EXPECT_EQ(FormatBytes(int64_t{1} << 20), "1.0 MiB");
   EXPECT_EQ(FormatBytes(4096), "4.0 KiB");
   EXPECT_EQ(FormatBytes(int64_t{3} << 29), "1.5 GiB");
   EXPECT_EQ(FormatBytes(int64_t{64} << 40), "64.0 TiB");
