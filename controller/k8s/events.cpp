@@ -37,7 +37,14 @@ Json EventRecorder::Build(const Json& regarding, const std::string& type, const 
   if (meta.contains("resourceVersion"))
     ref["resourceVersion"] = meta["resourceVersion"];
 
-  std::string cut = note.size() > 1024 ? note.substr(0, 1021) + "..." : note;
+  std::string cut = note;
+  if (note.size() > 1024) {
+    // Between characters: half of one is invalid UTF-8, which the Event's JSON cannot hold.
+    size_t end = 1021;
+    while (end > 0 && (static_cast<unsigned char>(note[end]) & 0xC0) == 0x80)
+      --end;
+    cut = note.substr(0, end) + "...";
+  }
   return {{"apiVersion", "events.k8s.io/v1"},
           {"kind", "Event"},
           {"metadata", {{"name", name + "." + suffix}, {"namespace", ns.empty() ? "default" : ns}}},

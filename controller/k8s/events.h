@@ -22,7 +22,8 @@ class EventRecorder {
 
   // Records that `action` happened to `regarding` (a full object, or at least its
   // apiVersion, kind and metadata) for `reason`. `type` is "Normal" or "Warning"; `note` is
-  // cut to 1 KiB. The Event lives in the object's namespace ("default" for cluster-scoped).
+  // cut to 1 KiB, between characters. The Event lives in the object's namespace ("default" for
+  // cluster-scoped).
   Status Record(const Json& regarding, const std::string& type, const std::string& reason,
                 const std::string& action, const std::string& note);
 

@@ -243,7 +243,9 @@ Result<Json> RestClient::Do(const std::string& verb, const std::string& method,
   Authorize(request);
   if (body) {
     request.headers["Content-Type"] = content_type;
-    request.body = body->dump();
+    // Invalid UTF-8 (no JSON string can hold it) becomes U+FFFD instead of an exception that
+    // would end the caller's reconcile every time.
+    request.body = body->dump(-1, ' ', false, Json::error_handler_t::replace);
   }
   auto response = transport_.Send(request);
   if (!response.ok()) {
@@ -359,7 +361,7 @@ Result<WatchEvent> DecodeWatchEvent(std::string_view line,
       code->get<int64_t>() <= 599)
     err.code = static_cast<int>(code->get<int64_t>());
   if (err.reason.empty())
-    err = ErrorFromResponse(err.code, "");
+    err.reason = ErrorFromResponse(err.code, "").reason;  // the Status's message stays
   return err;
 }
 

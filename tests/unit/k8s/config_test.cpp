@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <unistd.h>
+#include <cstdlib>
 #include <fstream>
+#include <optional>
 
 namespace tessera::k8s {
 namespace {
@@ -130,6 +132,9 @@ TEST(K8sKubeconfigTest, MalformedInputsGiveOneLineErrors) {
        "current-context: c\ncontexts: [{name: c, context: {cluster: k}}]\n"
        "clusters: [{name: k, cluster: {server: ''}}]\n",
        "cluster.server is empty"},
+      {"cluster entry without its cluster",
+       "current-context: c\ncontexts: [{name: c, context: {cluster: k}}]\nclusters: [{name: k}]\n",
+       "cluster.server is empty"},
       {"bad base64",
        "current-context: c\ncontexts: [{name: c, context: {cluster: k}}]\n"
        "clusters: [{name: k, cluster: {server: 'https://x', certificate-authority-data: '@@'}}]\n",
@@ -158,6 +163,40 @@ TEST(K8sKubeconfigTest, MalformedInputsGiveOneLineErrors) {
   }
 }
 
+TEST(K8sKubeconfigTest, ClusterTlsSettingsAndExecUsersWithATokenAreRead) {
+  const std::string yaml =
+      "current-context: c\n"
+      "contexts: [{name: c, context: {cluster: k, user: u}}]\n"
+      "clusters: [{name: k, cluster: {server: 'https://x:6443//', insecure-skip-tls-verify: true,"
+      " tls-server-name: api.internal}}]\n"
+      "users: [{name: u, user: {token: t, exec: {command: aws}}}]\n";
+  auto config = ParseKubeconfig(yaml, fs::temp_directory_path(), "", "kc.yaml");
+  ASSERT_TRUE(config.ok()) << config.error();
+  EXPECT_EQ(config->server, "https://x:6443") << "every trailing slash goes";
+  EXPECT_TRUE(config->insecure_skip_tls_verify);
+  EXPECT_EQ(config->tls_server_name, "api.internal");
+  EXPECT_EQ(config->token->Token(), "t") << "the exec plugin is not needed beside a token";
+}
+
+// $KUBECONFIG may list several files (as kubectl merges them); the first one is read.
+TEST(K8sKubeconfigTest, DefaultConfigReadsTheFirstFileOfKubeconfig) {
+  TempDir dir;
+  dir.Write("first",
+            "current-context: c\ncontexts: [{name: c, context: {cluster: k}}]\n"
+            "clusters: [{name: k, cluster: {server: 'https://first'}}]\n");
+  const char* saved = std::getenv("KUBECONFIG");
+  const std::optional<std::string> previous =
+      saved ? std::optional<std::string>(saved) : std::nullopt;
+  ::setenv("KUBECONFIG",
+           ((dir.path() / "first").string() + ":" + (dir.path() / "second").string()).c_str(), 1);
+  auto config = LoadDefaultConfig("");
+  if (previous)
+    ::setenv("KUBECONFIG", previous->c_str(), 1);
+  else
+    ::unsetenv("KUBECONFIG");
+  ASSERT_TRUE(config.ok()) << config.error();
+  EXPECT_EQ(config->server, "https://first");
+}
 TEST(K8sKubeconfigTest, LoadFromFileNamesMissingFile) {
   auto config = LoadKubeconfig("/nonexistent/kubeconfig");
   ASSERT_FALSE(config.ok());
@@ -180,6 +219,7 @@ TEST(K8sBase64Test, DecodesStandardAlphabetAndRejectsGarbage) {
       {"Zm9v!", std::nullopt},
       {"Zg==Zg", std::nullopt},  // data after padding
       {"Z", std::nullopt},       // a lone character carries no byte
+      {"Zg===", std::nullopt},   // more padding than any group has
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.in);
@@ -191,7 +231,7 @@ TEST(K8sInClusterTest, ReadsServiceAccountAndEnvironment) {
   TempDir dir;
   dir.Write("token", "sa-token\n");
   dir.Write("ca.crt", "cluster-ca");
-  dir.Write("namespace", "tessera-system");
+  dir.Write("namespace", "tessera-system\n");
   std::map<std::string, std::string> env = {{"KUBERNETES_SERVICE_HOST", "10.0.0.1"},
                                             {"KUBERNETES_SERVICE_PORT", "443"}};
   auto config = LoadInClusterConfig(&env, dir.path());
@@ -210,6 +250,10 @@ TEST(K8sInClusterTest, ReadsServiceAccountAndEnvironment) {
   config = LoadInClusterConfig(&empty, dir.path());
   ASSERT_FALSE(config.ok());
   EXPECT_NE(config.error().find("KUBERNETES_SERVICE_HOST"), std::string::npos);
+  std::map<std::string, std::string> no_port = {{"KUBERNETES_SERVICE_HOST", "10.0.0.1"}};
+  config = LoadInClusterConfig(&no_port, dir.path());
+  ASSERT_FALSE(config.ok());
+  EXPECT_NE(config.error().find("KUBERNETES_SERVICE_PORT"), std::string::npos);
 
   fs::remove(dir.path() / "token");
   config = LoadInClusterConfig(&env, dir.path());
@@ -228,9 +272,17 @@ TEST(K8sTokenSourceTest, RereadsTheFileWhenItChanges) {
   fs::last_write_time(dir.path() / "token",
                       fs::last_write_time(dir.path() / "token") + std::chrono::seconds(5));
   EXPECT_EQ((*source)->Token(), "second-token");
-  // A vanished file keeps the last good token.
+  // Rewritten within the same modification time: the new size gives it away.
+  const auto stamp = fs::last_write_time(dir.path() / "token");
+  dir.Write("token", "third");
+  fs::last_write_time(dir.path() / "token", stamp);
+  EXPECT_EQ((*source)->Token(), "third");
+  // Caught half-written (empty), or vanished: the last good token stays.
+  dir.Write("token", "\n");
+  fs::last_write_time(dir.path() / "token", stamp + std::chrono::seconds(5));
+  EXPECT_EQ((*source)->Token(), "third");
   fs::remove(dir.path() / "token");
-  EXPECT_EQ((*source)->Token(), "second-token");
+  EXPECT_EQ((*source)->Token(), "third");
   EXPECT_FALSE(TokenSource::FromFile(dir.path() / "missing").ok());
 }
 

@@ -135,14 +135,26 @@ HttpResponse FakeApiServer::Handle(const HttpRequest& request, const Parsed& p) 
     return JsonResponse(200, it->second);
   }
   if (request.method == "GET") {
+    // In pages of `limit` items, in key order; the continue token is the last key handed out.
+    const int64_t limit = p.query.count("limit") ? std::stoll(p.query.at("limit")) : 0;
+    const std::string after = p.query.count("continue") ? p.query.at("continue") : "";
     Json items = Json::array();
-    for (const auto& [k, object] : objects) {
-      if (Matches(object, p))
-        items.push_back(object);
+    std::string last, next;
+    for (auto it = after.empty() ? objects.begin() : objects.upper_bound(after);
+         it != objects.end(); ++it) {
+      if (!Matches(it->second, p))
+        continue;
+      if (limit > 0 && static_cast<int64_t>(items.size()) == limit) {
+        next = last;
+        break;
+      }
+      items.push_back(it->second);
+      last = it->first;
     }
-    return JsonResponse(200, {{"kind", "List"},
-                              {"metadata", {{"resourceVersion", std::to_string(rv_)}}},
-                              {"items", items}});
+    Json meta = {{"resourceVersion", std::to_string(rv_)}};
+    if (!next.empty())
+      meta["continue"] = next;
+    return JsonResponse(200, {{"kind", "List"}, {"metadata", meta}, {"items", items}});
   }
   Json body = Json::parse(request.body, nullptr, false);
   if (request.method == "POST") {

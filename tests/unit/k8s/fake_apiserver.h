@@ -1,8 +1,8 @@
 // An in-memory stand-in for kube-apiserver behind the HttpTransport seam, for unit tests of
 // the REST client, reflector, informer, leader election and events. It implements the parts
 // those use: CRUD with resourceVersion conflicts, merge and JSON patch, the status
-// subresource, equality label selectors, and watches with history, compaction (410) and
-// bookmarks. It is not a validator and knows no kinds. Thread-safe.
+// subresource, equality label selectors, lists in pages (limit and continue), and watches with
+// history, compaction (410) and bookmarks. It is not a validator and knows no kinds. Thread-safe.
 #pragma once
 
 #include <condition_variable>

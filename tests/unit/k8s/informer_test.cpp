@@ -1,12 +1,16 @@
-// Reflector and informer against the in-memory API server: sync, handlers, indexes,
-// bookmarks, resuming a closed watch, relisting after 410 Gone, back-off after failures.
+// Reflector and informer against the in-memory API server: sync, paged lists, selectors,
+// handlers, indexes, bookmarks, resuming a closed watch, relisting after 410 Gone, back-off
+// after failures.
 #include "controller/k8s/informer.h"
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <deque>
+#include <future>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -140,10 +144,12 @@ TEST_F(K8sInformerTest, IndexesByLabelAndOwnerFollowChanges) {
   ASSERT_TRUE(client_.Create(Pods("ns"), Pod("a0", "a", "uid-a")).ok());
   ASSERT_TRUE(client_.Create(Pods("ns"), Pod("a1", "a", "uid-a")).ok());
   ASSERT_TRUE(client_.Create(Pods("ns"), Pod("b0", "b", "uid-b")).ok());
+  ASSERT_TRUE(client_.Create(Pods("ns"), Pod("c0", "c", "")).ok());
   informer.Start();
   ASSERT_TRUE(informer.WaitForSync(10s));
   EXPECT_EQ(informer.ByIndex("job", "a").size(), 2u);
   EXPECT_EQ(informer.ByIndex("owner", "uid-b").size(), 1u);
+  EXPECT_TRUE(informer.ByIndex("owner", "").empty()) << "an owner without a uid indexes nothing";
   EXPECT_TRUE(informer.ByIndex("job", "zzz").empty());
   EXPECT_TRUE(informer.ByIndex("no-such-index", "a").empty());
 
@@ -157,6 +163,10 @@ TEST_F(K8sInformerTest, IndexesByLabelAndOwnerFollowChanges) {
   EXPECT_EQ(informer.ByIndex("job", "b").size(), 2u);
   ASSERT_TRUE(client_.Delete(Pods("ns").Named("b0")).ok());
   ASSERT_TRUE(journal.WaitFor("delete b0"));
+  EXPECT_TRUE(informer.ByIndex("owner", "uid-b").empty());
+  // Created again under another owner: only the new owner finds it.
+  ASSERT_TRUE(client_.Create(Pods("ns"), Pod("b0", "b", "uid-c")).ok());
+  ASSERT_TRUE(Eventually([&] { return informer.ByIndex("owner", "uid-c").size() == 1; }));
   EXPECT_TRUE(informer.ByIndex("owner", "uid-b").empty());
 }
 
@@ -273,6 +283,7 @@ TEST_F(K8sInformerTest, ClosedWatchResumesFromLastVersionIncludingBookmarks) {
 TEST_F(K8sInformerTest, RelistsAfterGoneAndReportsWhatChangedMeanwhile) {
   ASSERT_TRUE(client_.Create(Pods("ns"), Pod("stays", "a", "u")).ok());
   ASSERT_TRUE(client_.Create(Pods("ns"), Pod("goes", "a", "u")).ok());
+  ASSERT_TRUE(client_.Create(Pods("ns"), Pod("changes", "a", "u")).ok());
   InformerOptions options = FastBackoff();
   std::atomic<int> restarts{0};
   options.reflector.on_watch_restart = [&] { ++restarts; };
@@ -288,12 +299,16 @@ TEST_F(K8sInformerTest, RelistsAfterGoneAndReportsWhatChangedMeanwhile) {
   server_.HoldWatches(true);
   ASSERT_TRUE(client_.Delete(Pods("ns").Named("goes")).ok());
   ASSERT_TRUE(client_.Create(Pods("ns"), Pod("new", "a", "u")).ok());
+  ASSERT_TRUE(
+      client_.Patch(Pods("ns").Named("changes"), PatchType::kMerge, {{"spec", {{"v", 2}}}}).ok());
   server_.Compact();
   server_.CloseWatches();
   server_.HoldWatches(false);
 
   ASSERT_TRUE(journal.WaitFor("delete goes"));
   ASSERT_TRUE(journal.WaitFor("add new"));
+  ASSERT_TRUE(journal.WaitFor("update changes"));
+  EXPECT_EQ((*informer.Get("ns/changes"))["spec"]["v"], 2);
   EXPECT_EQ(restarts.load(), 1);
   EXPECT_EQ(server_.CountRequests("GET", "/api/v1/namespaces/ns/pods?limit="), 2u);
   EXPECT_NE(informer.Get("ns/stays"), nullptr);
@@ -340,6 +355,279 @@ TEST_F(K8sInformerTest, ReflectorBacksOffAndRetriesFailedLists) {
   runner.join();
 }
 
+TEST(K8sKeyOfTest, NamespacedAndClusterScoped) {
+  EXPECT_EQ(KeyOf({{"metadata", {{"name", "p"}, {"namespace", "ns"}}}}), "ns/p");
+  EXPECT_EQ(KeyOf({{"metadata", {{"name", "node-1"}}}}), "node-1");
+}
+
+// A list larger than a page is read page by page (limit, then continue) and handed over whole,
+// at the resourceVersion of the list.
+TEST_F(K8sInformerTest, ListsInPagesAndSyncsWithEveryPage) {
+  for (int i = 0; i < 5; ++i)
+    ASSERT_TRUE(client_.Create(Pods("ns"), Pod("p" + std::to_string(i), "a", "u")).ok());
+  const std::string listed_at = std::to_string(server_.ResourceVersion());
+  InformerOptions options = FastBackoff();
+  options.reflector.page_size = 2;
+  Informer informer(client_, Pods("ns"), options);
+  Journal journal;
+  informer.AddHandlers(journal.Handlers());
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(10s));
+  EXPECT_EQ(informer.List().size(), 5u);
+  EXPECT_EQ(journal.Entries().size(), 5u);
+  EXPECT_EQ(informer.LastResourceVersion(), listed_at);
+  informer.Stop();
+  std::vector<std::string> lists;
+  for (const auto& r : server_.Requests()) {
+    if (r.method == "GET" && r.path.find("watch=true") == std::string::npos)
+      lists.push_back(r.path);
+  }
+  EXPECT_EQ(lists,
+            (std::vector<std::string>{"/api/v1/namespaces/ns/pods?limit=2",
+                                      "/api/v1/namespaces/ns/pods?limit=2&continue=ns%2Fp1",
+                                      "/api/v1/namespaces/ns/pods?limit=2&continue=ns%2Fp3"}));
+}
+
+// The informer's selectors reach both the list and the watch (those of options.reflector are
+// overwritten), and so do the reflector's watch options.
+TEST_F(K8sInformerTest, SelectorsAndWatchOptionsReachTheListAndTheWatch) {
+  ASSERT_TRUE(client_.Create(Pods("ns"), Pod("mine", "a", "u")).ok());
+  ASSERT_TRUE(client_.Create(Pods("ns"), Pod("other", "b", "u")).ok());
+  InformerOptions options = FastBackoff();
+  options.label_selector = "job=a";
+  options.field_selector = "spec.nodeName=n1";
+  options.reflector.label_selector = "job=b";
+  options.reflector.watch_timeout_seconds = 120;
+  Informer informer(client_, Pods("ns"), options);
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(10s));
+  ASSERT_TRUE(server_.WaitForWatches(1, 10s));
+  informer.Stop();
+  EXPECT_NE(informer.Get("ns/mine"), nullptr);
+  EXPECT_EQ(informer.Get("ns/other"), nullptr) << "the server filtered by the label selector";
+  const std::string rv = informer.LastResourceVersion();
+  const auto requests = server_.Requests();
+  ASSERT_EQ(requests.size(), 4u);  // two creates, the list, the watch
+  EXPECT_EQ(requests[2].path,
+            "/api/v1/namespaces/ns/pods?labelSelector=job%3Da&fieldSelector=spec.nodeName%3Dn1"
+            "&limit=500");
+  EXPECT_EQ(requests[3].path,
+            "/api/v1/namespaces/ns/pods?watch=true&labelSelector=job%3Da"
+            "&fieldSelector=spec.nodeName%3Dn1&resourceVersion=" +
+                rv + "&allowWatchBookmarks=true&timeoutSeconds=120");
+}
+
+TEST_F(K8sInformerTest, StartsOnceAndStopsIdempotently) {
+  Informer informer(client_, Pods("ns"), FastBackoff());
+  informer.Start();
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(10s));
+  ASSERT_TRUE(server_.WaitForWatches(1, 10s));
+  informer.Stop();
+  informer.Stop();
+  EXPECT_EQ(server_.CountRequests("GET", "/api/v1/namespaces/ns/pods?limit="), 1u);
+}
+
+// A caller already waiting for the sync is woken by it, not by its own time-out.
+TEST_F(K8sInformerTest, WaitForSyncWakesWhenTheFirstListLands) {
+  InformerOptions options = FastBackoff();
+  // The first list fails, so the waiter is surely waiting when the second one lands.
+  server_.FailNext("GET", 1, 500);
+  options.reflector.backoff.initial = options.reflector.backoff.max = 200ms;
+  Informer informer(client_, Pods("ns"), options);
+  auto synced = std::async(std::launch::async, [&] { return informer.WaitForSync(60s); });
+  informer.Start();
+  ASSERT_EQ(synced.wait_for(30s), std::future_status::ready) << "not woken by the sync";
+  EXPECT_TRUE(synced.get());
+}
+
+// On delete, handlers get the final state the server reported (newer than the cached one),
+// passed through the transform like every other object.
+TEST_F(K8sInformerTest, DeleteHandlersGetTheServersFinalStateTransformed) {
+  Json pod = Pod("p", "a", "u");
+  pod["metadata"]["managedFields"] = Json::array({{{"manager", "kubectl"}}});
+  ASSERT_TRUE(client_.Create(Pods("ns"), pod).ok());
+  Informer informer(client_, Pods("ns"), FastBackoff());
+  std::mutex mu;
+  std::condition_variable cv;
+  ObjectPtr deleted;
+  informer.AddHandlers({nullptr, nullptr, [&](const ObjectPtr& o) {
+                          std::lock_guard<std::mutex> lock(mu);
+                          deleted = o;
+                          cv.notify_all();
+                        }});
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(10s));
+  ASSERT_TRUE(server_.WaitForWatches(1, 10s));
+  ASSERT_TRUE(client_.Delete(Pods("ns").Named("p")).ok());
+  std::unique_lock<std::mutex> lock(mu);
+  ASSERT_TRUE(cv.wait_for(lock, 10s, [&] { return deleted != nullptr; }));
+  EXPECT_EQ((*deleted)["metadata"]["resourceVersion"], std::to_string(server_.ResourceVersion()));
+  EXPECT_FALSE((*deleted)["metadata"].contains("managedFields"));
+}
+
+// The in-memory API server whose first watch requests follow a script, to put the reflector
+// through each way a watch can end. Every watch request is recorded; unscripted ones go to the
+// fake.
+class ScriptedWatchServer : public FakeApiServer {
+ public:
+  struct Watch {
+    std::vector<std::string> lines;  // sent in order, then the stream ends normally
+    int status = 200;                // else this status, with a Status body, and no lines
+  };
+  void Script(std::vector<Watch> watches) {
+    std::lock_guard<std::mutex> lock(mu_);
+    script_.assign(watches.begin(), watches.end());
+  }
+  Result<HttpResponse> Stream(const HttpRequest& request,
+                              const std::function<bool(std::string_view)>& on_line,
+                              Cancellation& cancel) override {
+    std::optional<Watch> scripted;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      watches_.push_back(request.path);
+      cv_.notify_all();
+      if (!script_.empty()) {
+        scripted = std::move(script_.front());
+        script_.pop_front();
+      }
+    }
+    if (!scripted)
+      return FakeApiServer::Stream(request, on_line, cancel);
+    HttpResponse response;
+    response.status = scripted->status;
+    if (response.status != 200) {
+      response.body = Json{{"kind", "Status"}, {"code", response.status}}.dump();
+      return response;
+    }
+    for (const auto& line : scripted->lines) {
+      if (!on_line(line))
+        break;
+    }
+    return response;
+  }
+  // The paths of the watch requests so far.
+  std::vector<std::string> WatchPaths() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return watches_;
+  }
+  // Waits until `n` watch requests have been made; false on time-out.
+  bool WaitForWatchRequests(size_t n, std::chrono::milliseconds timeout) const {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, timeout, [&] { return watches_.size() >= n; });
+  }
+
+ private:
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  std::deque<Watch> script_;
+  std::vector<std::string> watches_;
+};
+
+// How the reflector goes on after each way its watch can end. With a back-off of an hour, "at
+// once" and "backs off" cannot be confused: a retry that waits never comes within the test.
+TEST(K8sReflectorTest, ResumesRelistsOrBacksOffAccordingToHowTheWatchEnded) {
+  const std::string added =
+      R"({"type":"ADDED","object":{"metadata":{"name":"p","namespace":"ns","resourceVersion":"7"}}})";
+  const std::string no_version = R"({"type":"MODIFIED","object":{"metadata":{"name":"p"}}})";
+  const std::string expired =
+      R"({"type":"ERROR","object":{"kind":"Status","code":410,"reason":"Expired"}})";
+  struct Case {
+    const char* name;
+    ScriptedWatchServer::Watch first;
+    bool at_once;                              // the next watch follows without a back-off
+    bool relists;                              // after a list (410 Gone)
+    std::string resumes;                       // the next watch's resourceVersion ("" = the list's)
+    std::vector<std::pair<int, bool>> errors;  // (code, relist) reported
+  };
+  const Case cases[] = {
+      {"events, then the end", {{added}}, true, false, "7", {}},
+      {"an event without a resourceVersion", {{no_version}}, true, false, "", {}},
+      {"ended at once with nothing", {}, false, false, "", {}},
+      {"500 response", {{}, 500}, false, false, "", {{500, false}}},
+      {"410 response", {{}, 410}, true, true, "", {{410, true}}},
+      {"410 ERROR event", {{expired}}, true, true, "", {{410, true}}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    ScriptedWatchServer server;
+    RestOptions unlimited;
+    unlimited.qps = 0;
+    RestClient client(server, ClientConfig{}, unlimited);
+    server.Script({c.first});
+    ReflectorOptions options;
+    options.backoff.initial = options.backoff.max = 1h;
+    std::atomic<int> restarts{0};
+    options.on_watch_restart = [&] { ++restarts; };
+    std::mutex mu;
+    std::vector<std::pair<int, bool>> errors;
+    ReflectorSink sink;
+    sink.error = [&](const ApiError& e, bool relist) {
+      std::lock_guard<std::mutex> lock(mu);
+      errors.emplace_back(e.code, relist);
+    };
+    Reflector reflector(client, Pods("ns"), options, sink);
+    Cancellation stop;
+    std::thread runner([&] { reflector.Run(stop); });
+    ASSERT_TRUE(server.WaitForWatchRequests(1, 10s));
+    const std::string listed_at = std::to_string(server.ResourceVersion());
+    if (c.at_once) {
+      EXPECT_TRUE(server.WaitForWatchRequests(2, 10s));
+    } else {
+      EXPECT_FALSE(server.WaitForWatchRequests(2, 300ms)) << "retried without backing off";
+    }
+    stop.Cancel();
+    runner.join();
+    EXPECT_EQ(server.CountRequests("GET", "/api/v1/namespaces/ns/pods?limit="),
+              c.relists ? 2u : 1u);
+    EXPECT_EQ(restarts.load(), c.relists ? 1 : 0);
+    EXPECT_EQ(errors, c.errors);
+    const auto watches = server.WatchPaths();
+    if (c.at_once) {
+      ASSERT_GE(watches.size(), 2u);
+      const std::string rv = c.resumes.empty() ? listed_at : c.resumes;
+      EXPECT_NE(watches[1].find("resourceVersion=" + rv + "&"), std::string::npos) << watches[1];
+    }
+  }
+}
+
+TEST(K8sReflectorTest, BacksOffAfterAFailedList) {
+  FakeApiServer server;
+  RestOptions unlimited;
+  unlimited.qps = 0;
+  RestClient client(server, ClientConfig{}, unlimited);
+  server.FailNext("GET", 1, 500);
+  ReflectorOptions options;
+  options.backoff.initial = options.backoff.max = 1h;
+  std::mutex mu;
+  std::condition_variable cv;
+  int errors = 0;
+  bool replaced = false;
+  ReflectorSink sink;
+  sink.replace = [&](std::vector<Json>, const std::string&) {
+    std::lock_guard<std::mutex> lock(mu);
+    replaced = true;
+    cv.notify_all();
+  };
+  sink.error = [&](const ApiError&, bool) {
+    std::lock_guard<std::mutex> lock(mu);
+    ++errors;
+    cv.notify_all();
+  };
+  Reflector reflector(client, Pods("ns"), options, sink);
+  Cancellation stop;
+  std::thread runner([&] { reflector.Run(stop); });
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    EXPECT_TRUE(cv.wait_for(lock, 10s, [&] { return errors == 1; }));
+    EXPECT_FALSE(cv.wait_for(lock, 300ms, [&] { return replaced; }))
+        << "listed again without backing off";
+  }
+  stop.Cancel();
+  runner.join();
+  EXPECT_EQ(server.CountRequests("GET", "/api/v1/namespaces/ns/pods"), 1u);
+}
+
 TEST(K8sBackoffTest, DoublesWithJitterUpToTheMaximum) {
   Backoff::Options o;
   o.initial = 100ms;
@@ -366,6 +654,13 @@ TEST(K8sBackoffTest, DoublesWithJitterUpToTheMaximum) {
     varied |= d != first;
   }
   EXPECT_TRUE(varied) << "jitter spreads retries";
+
+  // Jitter never takes a delay past the maximum.
+  o.initial = o.max = 100ms;
+  o.jitter = 1.0;
+  Backoff capped(o);
+  for (int i = 0; i < 20; ++i)
+    EXPECT_EQ(capped.Next(), 100ms);
 }
 
 }  // namespace

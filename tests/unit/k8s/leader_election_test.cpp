@@ -1,6 +1,7 @@
 // Leader election against the in-memory API server: acquire, renew through a conflict,
-// release, hand-over between two candidates, takeover after a silent holder's lease
-// expires, stepping down when renewals fail; and, over the real transport, stepping down at
+// release (of its own Lease only), hand-over between two candidates, each new leader reported
+// once, leading on while renewals succeed, takeover after a silent holder's lease expires,
+// stepping down when renewals fail; and, over the real transport, stepping down at
 // the renew deadline when a renewal never gets an answer. Waits are on conditions with
 // deadlines.
 #include "controller/k8s/leader_election.h"
@@ -8,7 +9,9 @@
 #include <gtest/gtest.h>
 
 #include <mutex>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "controller/k8s/events.h"
 #include "controller/k8s/transport_cpprest.h"
@@ -56,6 +59,10 @@ class Candidate {
       --leaders;
       stopped = true;
     };
+    c.on_new_leader = [this](const std::string& leader) {
+      std::lock_guard<std::mutex> lock(mu_);
+      new_leaders_.push_back(leader);
+    };
     EXPECT_EQ(ValidateLeaderElectionConfig(c), "");
     elector = std::make_unique<LeaderElector>(client, c);
   }
@@ -71,11 +78,20 @@ class Candidate {
       thread.join();
   }
   ~Candidate() { Stop(); }
+  // What on_new_leader was called with, in order.
+  std::vector<std::string> NewLeaders() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return new_leaders_;
+  }
 
   std::unique_ptr<LeaderElector> elector;
   Cancellation stop;
   std::thread thread;
   std::atomic<bool> started{false}, stopped{false}, returned{false};
+
+ private:
+  std::mutex mu_;
+  std::vector<std::string> new_leaders_;
 };
 
 class K8sLeaderElectionTest : public ::testing::Test {
@@ -160,6 +176,78 @@ TEST_F(K8sLeaderElectionTest, SilentHolderIsReplacedOnlyAfterTheLeaseDuration) {
   EXPECT_GE(std::chrono::steady_clock::now() - stopped_at, 1000ms - 100ms);
   EXPECT_EQ(Lease()["holderIdentity"], "b");
   EXPECT_EQ(max_leaders_.load(), 1);
+}
+
+// on_new_leader names each new holder once: the other candidate when it is first seen holding
+// the Lease (not again on every retry), then this one when it takes over.
+TEST_F(K8sLeaderElectionTest, ReportsEachNewLeaderOnce) {
+  Candidate a(client_, "a", leaders_, max_leaders_);
+  a.Start();
+  ASSERT_TRUE(Eventually([&] { return a.started.load(); }));
+  Candidate b(client_, "b", leaders_, max_leaders_);
+  b.Start();
+  ASSERT_TRUE(Eventually([&] { return b.elector->ObservedLeader() == "a"; }));
+  const size_t gets = server_.CountRequests("GET", "/apis/coordination.k8s.io");
+  ASSERT_TRUE(Eventually(
+      [&] { return server_.CountRequests("GET", "/apis/coordination.k8s.io") > gets + 20; }));
+  EXPECT_EQ(a.NewLeaders(), std::vector<std::string>{"a"});
+  EXPECT_EQ(b.NewLeaders(), std::vector<std::string>{"a"});
+  a.Stop();
+  ASSERT_TRUE(Eventually([&] { return b.started.load(); }));
+  EXPECT_EQ(b.NewLeaders(), (std::vector<std::string>{"a", "b"}));
+}
+
+// Renewals that succeed keep the leader leading well past the renew deadline (600 ms).
+TEST_F(K8sLeaderElectionTest, KeepsLeadingWhileRenewalsSucceed) {
+  Candidate a(client_, "a", leaders_, max_leaders_);
+  a.Start();
+  ASSERT_TRUE(Eventually([&] { return a.started.load(); }));
+  // 30 renewals, one every retry period (50 ms) at the most: 1.5 s at least.
+  const size_t puts = server_.CountRequests("PUT", "/apis/coordination.k8s.io");
+  ASSERT_TRUE(Eventually(
+      [&] { return server_.CountRequests("PUT", "/apis/coordination.k8s.io") >= puts + 30; }));
+  EXPECT_TRUE(a.elector->IsLeader());
+  EXPECT_FALSE(a.stopped.load());
+}
+
+// On stop a leader hands its Lease back marked expired (duration 1 s, whatever it was), so a
+// successor need not wait out the duration; a Lease someone else holds by then is left alone.
+TEST_F(K8sLeaderElectionTest, ReleasesOnlyALeaseItStillHoldsAndMarksItExpired) {
+  const ResourceRef lease = Leases("kube-system").Named("tessera-controller");
+  {
+    LeaderElectionConfig c;
+    c.lease_namespace = "kube-system";
+    c.lease_name = "tessera-controller";
+    c.identity = "slow";
+    c.lease_duration = 15s;
+    c.renew_deadline = 10s;
+    c.retry_period = 2s;
+    std::atomic<bool> started{false};
+    c.on_started_leading = [&] { started = true; };
+    LeaderElector elector(client_, c);
+    Cancellation stop;
+    std::thread run([&] { elector.Run(stop); });
+    EXPECT_TRUE(Eventually([&] { return started.load(); }));
+    EXPECT_EQ(Lease()["leaseDurationSeconds"], 15);
+    stop.Cancel();
+    run.join();
+    EXPECT_EQ(Lease()["holderIdentity"], "");
+    EXPECT_EQ(Lease()["leaseDurationSeconds"], 1);
+  }
+
+  Candidate a(client_, "a", leaders_, max_leaders_);
+  a.Start();
+  ASSERT_TRUE(Eventually([&] { return a.started.load(); }));
+  // Another holder takes the Lease over (a write that may race a's renewals: retried on 409).
+  ASSERT_TRUE(Eventually([&] {
+    auto current = client_.Get(lease);
+    if (!current.ok())
+      return false;
+    (*current)["spec"]["holderIdentity"] = "b";
+    return client_.Update(lease, *current).ok();
+  }));
+  a.Stop();
+  EXPECT_EQ(Lease()["holderIdentity"], "b");
 }
 
 TEST_F(K8sLeaderElectionTest, StepsDownWhenRenewalsFailForTheRenewDeadline) {
@@ -261,18 +349,24 @@ TEST(K8sLeaderElectionConfigTest, RejectsInconsistentDurations) {
     int lease, renew, retry;
     std::string id;
     std::string error;  // substring, "" = valid
+    std::string ns = "ns", name = "l";
   };
   const Case cases[] = {
       {15000, 10000, 2000, "x", ""},
       {10000, 10000, 2000, "x", "lease duration must exceed"},
       {15000, 2000, 2000, "x", "renew deadline must exceed"},
+      {15000, 2400, 2000, "x", "renew deadline must exceed"},  // exactly 1.2 x
+      {15000, 2401, 2000, "x", ""},
       {15000, 10000, 0, "x", "retry period must be positive"},
       {15000, 10000, 2000, "", "identity must be set"},
+      {15000, 10000, 2000, "x", "namespace and name must be set", "", "l"},
+      {15000, 10000, 2000, "x", "namespace and name must be set", "ns", ""},
   };
   for (const auto& c : cases) {
+    SCOPED_TRACE(c.error);
     LeaderElectionConfig config;
-    config.lease_namespace = "ns";
-    config.lease_name = "l";
+    config.lease_namespace = c.ns;
+    config.lease_name = c.name;
     config.identity = c.id;
     config.lease_duration = std::chrono::milliseconds(c.lease);
     config.renew_deadline = std::chrono::milliseconds(c.renew);
@@ -317,6 +411,52 @@ TEST(K8sEventRecorderTest, BuildsAnEventsV1EventAboutTheObject) {
   Json built = recorder.Build(node, "Warning", "NodeLost", "ForceDelete", "");
   EXPECT_EQ(built["metadata"]["namespace"], "default") << "cluster-scoped objects";
   EXPECT_FALSE(built["regarding"].contains("namespace"));
+}
+
+TEST(K8sEventRecorderTest, DefaultsAndWhatTheRegardingReferenceCarries) {
+  FakeApiServer server;
+  RestOptions options;
+  options.qps = 0;
+  RestClient client(server, ClientConfig{}, options);
+  EventRecorder recorder(client, {});
+  Json pod = {{"apiVersion", "v1"},
+              {"kind", "Pod"},
+              {"metadata", {{"name", "p"}, {"namespace", "ns"}, {"resourceVersion", "42"}}}};
+  const std::string kib(1024, 'x');
+  Json built = recorder.Build(pod, "Normal", "Started", "Start", kib);
+  EXPECT_EQ(built["reportingInstance"], "tessera-controller");
+  EXPECT_EQ(built["reportingController"], "tessera.dev/controller");
+  EXPECT_EQ(built["regarding"]["resourceVersion"], "42");
+  EXPECT_FALSE(built["regarding"].contains("uid"));
+  EXPECT_EQ(built["note"], kib) << "a note of exactly 1 KiB is kept whole";
+  EXPECT_EQ(recorder.Build(pod, "Normal", "R", "A", kib + "y")["note"],
+            kib.substr(0, 1021) + "...");
+
+  server.FailNext("POST", 1, 403);
+  Status refused = recorder.Record(pod, "Normal", "Started", "Start", "");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code, 403);
+}
+
+// A note is cut between characters: half of one would make the Event's JSON invalid, and the
+// whole Record throw.
+TEST(K8sEventRecorderTest, ALongNoteIsCutBetweenCharacters) {
+  FakeApiServer server;
+  RestOptions options;
+  options.qps = 0;
+  RestClient client(server, ClientConfig{}, options);
+  EventRecorder recorder(client, {});
+  Json job = {{"apiVersion", "tessera.dev/v1alpha1"},
+              {"kind", "TrainingJob"},
+              {"metadata", {{"name", "gpt"}, {"namespace", "team"}}}};
+  std::string note;
+  while (note.size() < 2000)
+    note += "\u00e9";  // two bytes: byte 1021 is the first half of one
+  ASSERT_TRUE(recorder.Record(job, "Warning", "Failed", "Reconcile", note).ok());
+  auto list = client.List(Events("team"));
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ((*list)["items"].size(), 1u);
+  EXPECT_EQ((*list)["items"][0]["note"], note.substr(0, 1020) + "...");
 }
 
 }  // namespace

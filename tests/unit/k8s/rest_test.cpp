@@ -6,13 +6,43 @@
 #include <gtest/gtest.h>
 
 #include <future>
+#include <thread>
+#include <vector>
 
 #include "tests/unit/k8s/fake_apiserver.h"
 
 namespace tessera::k8s {
 namespace {
 
+using namespace std::chrono_literals;
 using testing::FakeApiServer;
+
+// A transport that answers every request with one canned response and keeps the requests.
+// Not thread-safe: one test thread uses it.
+class CannedTransport : public HttpTransport {
+ public:
+  explicit CannedTransport(HttpResponse response) : response_(std::move(response)) {}
+  Result<HttpResponse> Send(const HttpRequest& request) override {
+    requests.push_back(request);
+    return response_;
+  }
+  Result<HttpResponse> Stream(const HttpRequest& request,
+                              const std::function<bool(std::string_view)>& /*on_line*/,
+                              Cancellation& /*cancel*/) override {
+    requests.push_back(request);
+    return response_;
+  }
+  std::vector<HttpRequest> requests;
+
+ private:
+  HttpResponse response_;
+};
+
+RestOptions Unlimited() {
+  RestOptions options;
+  options.qps = 0;
+  return options;
+}
 
 TEST(K8sResourceRefTest, PathsForCoreGroupedNamespacedAndClusterScoped) {
   struct Case {
@@ -95,6 +125,58 @@ TEST(K8sApiErrorTest, RedirectNamesTheLocationAndTheFix) {
   EXPECT_EQ(
       ErrorFromResponse(302, R"({"kind":"Status","reason":"Found","message":"m"})", "x").reason,
       "Found");
+}
+
+// A body that is not a Status (a proxy's page, an empty body) is classified by its code alone.
+TEST(K8sApiErrorTest, ClassifiesByCodeWhenTheBodyIsNoStatus) {
+  struct Case {
+    int code;
+    std::string reason;
+    bool retryable;
+  };
+  const Case cases[] = {
+      {300, "Redirect", false},     {399, "Redirect", false},       {400, "BadRequest", false},
+      {401, "Unauthorized", false}, {403, "Forbidden", false},      {404, "NotFound", false},
+      {409, "Conflict", false},     {410, "Gone", false},           {418, "Unknown", false},
+      {422, "Invalid", false},      {429, "TooManyRequests", true}, {500, "InternalError", true},
+      {504, "InternalError", true},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.code);
+    const ApiError e = ErrorFromResponse(c.code, "<html>upstream</html>");
+    EXPECT_EQ(e.code, c.code);
+    EXPECT_EQ(e.reason, c.reason);
+    EXPECT_EQ(e.IsRetryable(), c.retryable);
+    EXPECT_EQ(e.IsGone(), c.code == 410);
+  }
+}
+
+// An ERROR event's Status: a code outside 100..599 reads as 500; a missing reason is filled in
+// from the code without losing the message; reason Expired alone means Gone.
+TEST(K8sWatchEventTest, ErrorStatusesKeepTheirCodeInRangeAndTheirMessage) {
+  struct Case {
+    const char* object;
+    int code;
+    std::string reason, message;
+    bool gone;
+  };
+  const Case cases[] = {
+      {R"({"code":100,"reason":"R"})", 100, "R", "", false},
+      {R"({"code":599,"reason":"R"})", 599, "R", "", false},
+      {R"({"code":99,"reason":"R"})", 500, "R", "", false},
+      {R"({"code":600,"reason":"R"})", 500, "R", "", false},
+      {R"({"code":410,"message":"too old"})", 410, "Gone", "too old", true},
+      {R"({"reason":"Expired","message":"too old"})", 500, "Expired", "too old", true},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.object);
+    auto e = DecodeWatchEvent(std::string(R"({"type":"ERROR","object":)") + c.object + "}");
+    ASSERT_FALSE(e.ok());
+    EXPECT_EQ(e.error().code, c.code);
+    EXPECT_EQ(e.error().reason, c.reason);
+    EXPECT_EQ(e.error().message, c.message);
+    EXPECT_EQ(e.error().IsGone(), c.gone);
+  }
 }
 
 TEST(K8sWatchEventTest, DecodesEventsAndErrors) {
@@ -264,6 +346,174 @@ TEST_F(K8sRestClientTest, TransportFailuresAreValuesWithCodeZero) {
   EXPECT_EQ(r.error().code, 500);
 }
 
+// An answer that is no usable JSON object is an error that says what came back.
+TEST(K8sRestClientResponseTest, UnusableAnswersAreErrorsThatSayWhy) {
+  struct Case {
+    const char* name;
+    HttpResponse response;
+    int code;
+    std::string reason, message;  // message: a substring
+  };
+  const Case cases[] = {
+      {"200 that is not JSON",
+       {200, {}, "<html>sign in</html>"},
+       200,
+       "InvalidResponse",
+       "not JSON: <html>sign in</html>"},
+      {"redirect",
+       {301, {{"location", "https://10.0.0.1:6443/api"}}, ""},
+       301,
+       "Redirect",
+       "redirected to https://10.0.0.1:6443/api,"},
+      {"300", {300, {}, ""}, 300, "Redirect", "(no Location)"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    CannedTransport transport(c.response);
+    RestClient client(transport, ClientConfig{}, Unlimited());
+    auto got = client.Get(ConfigMaps("ns").Named("x"));
+    ASSERT_FALSE(got.ok());
+    EXPECT_EQ(got.error().code, c.code);
+    EXPECT_EQ(got.error().reason, c.reason);
+    EXPECT_NE(got.error().message.find(c.message), std::string::npos) << got.error().message;
+  }
+}
+
+// What every request carries: Accept, the bearer token (none when it is empty), and the
+// client's timeout.
+TEST(K8sRestClientRequestTest, CarriesAcceptTheTokenAndTheClientsTimeout) {
+  CannedTransport transport({200, {}, "{}"});
+  RestOptions options = Unlimited();
+  options.timeout = 1234ms;
+  ClientConfig with_token;
+  with_token.token = TokenSource::Fixed("tok");
+  ClientConfig empty_token;
+  empty_token.token = TokenSource::Fixed("");
+  ASSERT_TRUE(RestClient(transport, with_token, options).Get(ConfigMaps("ns").Named("a")).ok());
+  ASSERT_TRUE(RestClient(transport, empty_token, options).Get(ConfigMaps("ns").Named("a")).ok());
+  ASSERT_EQ(transport.requests.size(), 2u);
+  EXPECT_EQ(transport.requests[0].headers.at("Accept"), "application/json");
+  EXPECT_EQ(transport.requests[0].headers.at("Authorization"), "Bearer tok");
+  EXPECT_EQ(transport.requests[0].timeout, 1234ms);
+  EXPECT_EQ(transport.requests[1].headers.count("Authorization"), 0u) << "no empty bearer token";
+}
+
+TEST(K8sRestClientRequestTest, ABodyWithInvalidUtf8IsSentWithReplacementCharacters) {
+  CannedTransport transport({201, {}, "{}"});
+  RestClient client(transport, ClientConfig{}, Unlimited());
+  const Json object = {{"metadata", {{"name", "a"}}}, {"data", {{"k", "bad \xC3 byte"}}}};
+  ASSERT_TRUE(client.Create(ConfigMaps("ns"), object).ok());
+  ASSERT_EQ(transport.requests.size(), 1u);
+  EXPECT_EQ(Json::parse(transport.requests[0].body)["data"]["k"], "bad \xEF\xBF\xBD byte");
+}
+
+TEST_F(K8sRestClientTest, ListAndWatchOptionsBecomeQueryParameters) {
+  auto cms = ConfigMaps("ns");
+  ListOptions list;
+  list.label_selector = "app=x";
+  list.field_selector = "metadata.name=a";
+  list.resource_version = "5";
+  list.limit = 10;
+  list.continue_token = "ns/b";
+  ASSERT_TRUE(client_->List(cms, list).ok());
+  EXPECT_EQ(server_.Requests().back().path,
+            "/api/v1/namespaces/ns/configmaps?labelSelector=app%3Dx"
+            "&fieldSelector=metadata.name%3Da&resourceVersion=5&limit=10&continue=ns%2Fb");
+
+  // Each watch gets one event (from `from`) and ends there.
+  const std::string from = std::to_string(server_.ResourceVersion());
+  ASSERT_TRUE(client_->Create(cms, ConfigMap("a")).ok());
+  struct Case {
+    WatchOptions options;
+    std::string query;
+    std::chrono::milliseconds timeout;  // of the request: the watch's own plus a margin
+  };
+  const Case cases[] = {
+      {{"app=x", "metadata.name=a", from, true, 5, nullptr},
+       "watch=true&labelSelector=app%3Dx&fieldSelector=metadata.name%3Da&resourceVersion=" + from +
+           "&allowWatchBookmarks=true&timeoutSeconds=5",
+       90s},
+      {{"", "", from, false, 0, nullptr}, "watch=true&resourceVersion=" + from, 90s},
+      {{"", "", from, true, 300, nullptr},
+       "watch=true&resourceVersion=" + from + "&allowWatchBookmarks=true&timeoutSeconds=300",
+       330s},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.query);
+    Cancellation cancel;
+    int events = 0;
+    Status s = client_->Watch(
+        cms, c.options,
+        [&](const WatchEvent&) {
+          ++events;
+          return false;
+        },
+        cancel);
+    EXPECT_TRUE(s.ok());
+    EXPECT_EQ(events, 1);
+    const HttpRequest sent = server_.Requests().back();
+    EXPECT_EQ(sent.path, "/api/v1/namespaces/ns/configmaps?" + c.query);
+    EXPECT_EQ(sent.timeout, c.timeout);
+  }
+}
+
+// Of a filtered list, the items keep what the filter keeps; the list keeps its own metadata
+// (resourceVersion, continue), which the reflector resumes from.
+TEST_F(K8sRestClientTest, AFilteredListKeepsItsOwnMetadata) {
+  ASSERT_TRUE(client_->Create(ConfigMaps("ns"), ConfigMap("a", {{"k", "1"}})).ok());
+  ListOptions names_only;
+  names_only.item_filter =
+      std::make_shared<const FieldFilter>(FieldFilter::Keep({"metadata.name"}));
+  auto list = client_->List(ConfigMaps("ns"), names_only);
+  ASSERT_TRUE(list.ok());
+  EXPECT_EQ((*list)["metadata"]["resourceVersion"], std::to_string(server_.ResourceVersion()));
+  EXPECT_EQ((*list)["items"], Json::array({{{"metadata", {{"name", "a"}}}}}));
+}
+
+TEST_F(K8sRestClientTest, DeleteSendsItsPreconditions) {
+  ASSERT_TRUE(client_->Create(ConfigMaps("ns"), ConfigMap("a")).ok());
+  DeleteOptions del;
+  del.precondition_uid = "uid-1";
+  del.precondition_resource_version = std::to_string(server_.ResourceVersion());
+  ASSERT_TRUE(client_->Delete(ConfigMaps("ns").Named("a"), del).ok());
+  const Json body = Json::parse(server_.Requests().back().body);
+  EXPECT_EQ(body["kind"], "DeleteOptions");
+  EXPECT_EQ(body["preconditions"],
+            Json({{"uid", "uid-1"}, {"resourceVersion", *del.precondition_resource_version}}));
+  EXPECT_FALSE(body.contains("propagationPolicy"));
+}
+
+// A watch that fails is that error; one cancelled while it streams ends Ok, as one the server
+// ended.
+TEST_F(K8sRestClientTest, WatchFailuresAreErrorsButACancelledWatchEndsOk) {
+  auto cms = ConfigMaps("ns");
+  const auto forever = [](const WatchEvent&) { return true; };
+  Cancellation never;
+  server_.FailNext("GET", 1, 500);
+  Status s = client_->Watch(cms, {}, forever, never);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().code, 500);
+  server_.FailNext("GET", 1, 0);
+  s = client_->Watch(cms, {}, forever, never);
+  ASSERT_FALSE(s.ok());
+  EXPECT_TRUE(s.error().IsTransport());
+
+  WatchOptions from;
+  from.resource_version = std::to_string(server_.ResourceVersion());
+  ASSERT_TRUE(client_->Create(cms, ConfigMap("w")).ok());
+  Cancellation cancel;
+  s = client_->Watch(
+      cms, from,
+      [&](const WatchEvent&) {
+        cancel.Cancel();
+        return true;
+      },
+      cancel);
+  EXPECT_TRUE(s.ok()) << s.error().ToString();
+  EXPECT_EQ(counters_.Get("watch", 500), 1);
+  EXPECT_EQ(counters_.Get("watch", 0), 2);
+}
+
 TEST_F(K8sRestClientTest, WatchDeliversEventsAndEndsOnGone) {
   auto cms = ConfigMaps("ns");
   ASSERT_TRUE(client_->Create(cms, ConfigMap("w1")).ok());
@@ -309,10 +559,37 @@ TEST(K8sTokenBucketTest, BurstIsFreeThenRequestsQueueAtTheRate) {
     EXPECT_EQ(unlimited.Reserve(), TokenBucket::Clock::duration::zero());
 }
 
+// After an idle spell the bucket holds no more than `burst` tokens; a burst below 1 is 1.
+TEST(K8sTokenBucketTest, RefillsUpToTheBurstOnly) {
+  TokenBucket bucket(100, 1);  // a token every 10 ms, at most one held
+  EXPECT_EQ(bucket.Reserve(), TokenBucket::Clock::duration::zero());
+  const auto idle_until = TokenBucket::Clock::now() + std::chrono::milliseconds(50);
+  while (TokenBucket::Clock::now() < idle_until)
+    std::this_thread::yield();  // five tokens' worth of time passes
+  EXPECT_EQ(bucket.Reserve(), TokenBucket::Clock::duration::zero());
+  EXPECT_GT(bucket.Reserve(), TokenBucket::Clock::duration::zero()) << "only one was kept";
+
+  TokenBucket no_burst(10, 0);
+  EXPECT_EQ(no_burst.Reserve(), TokenBucket::Clock::duration::zero());
+  EXPECT_GT(no_burst.Reserve(), TokenBucket::Clock::duration::zero());
+}
+
+// Wait is true once the delay has passed, false at once when already cancelled.
+TEST(K8sTokenBucketTest, WaitWaitsOutTheDelayUnlessCancelled) {
+  TokenBucket bucket(100, 1);
+  Cancellation never;
+  EXPECT_TRUE(bucket.Wait(&never));
+  EXPECT_TRUE(bucket.Wait(&never)) << "after about 10 ms";
+  EXPECT_TRUE(bucket.Wait());
+  Cancellation cancelled;
+  cancelled.Cancel();
+  TokenBucket full(10, 5);
+  EXPECT_FALSE(full.Wait(&cancelled)) << "though a token was free";
+}
+
 // At shutdown (RestOptions::cancel) a call waiting for the rate limiter ends at once, and no
 // later call is sent; a call whose deadline the limiter's delay would pass is not sent either.
 TEST(K8sRestClientCancellationTest, CancellationAndDeadlinesEndCallsWaitingForTheRateLimiter) {
-  using namespace std::chrono_literals;
   FakeApiServer server;
   Cancellation shutdown;
   RestOptions options;
@@ -350,6 +627,28 @@ TEST(K8sRestClientCancellationTest, CancellationAndDeadlinesEndCallsWaitingForTh
   call.cancel = &call_cancel;
   EXPECT_EQ(plain.Get(cm, call).error().reason, "Cancelled");
   EXPECT_EQ(server.CountRequests("GET", "/api/v1"), 1u);
+
+  // A deadline already passed: not sent, though the limiter has tokens to spare.
+  auto past = plain.Get(cm, {.deadline = std::chrono::steady_clock::now() - 1ms});
+  ASSERT_FALSE(past.ok());
+  EXPECT_EQ(past.error().reason, "Timeout");
+  EXPECT_EQ(server.CountRequests("GET", "/api/v1"), 1u);
+
+  // A call with a cancellation of its own still ends at the client's shutdown.
+  Cancellation shutdown_too, own;
+  RestOptions with_own = options;
+  with_own.cancel = &shutdown_too;
+  RestClient client_too(server, ClientConfig{}, with_own);
+  ASSERT_TRUE(client_too.Get(cm).error().IsNotFound());  // takes the one token
+  CallOptions own_call;
+  own_call.cancel = &own;
+  auto waiting_too = std::async(std::launch::async, [&] { return client_too.Get(cm, own_call); });
+  EXPECT_EQ(waiting_too.wait_for(50ms), std::future_status::timeout) << "waits for the limiter";
+  shutdown_too.Cancel();
+  const bool ended = waiting_too.wait_for(5s) == std::future_status::ready;
+  own.Cancel();  // frees it either way
+  EXPECT_TRUE(ended) << "the client's shutdown left a call with its own cancellation waiting";
+  EXPECT_EQ(waiting_too.get().error().reason, "Cancelled");
 }
 
 }  // namespace

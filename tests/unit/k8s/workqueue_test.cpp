@@ -1,11 +1,12 @@
 // The work queue's guarantees: de-duplication, one worker per item, re-processing after
-// Done, delays, per-item back-off, shutdown. Threads synchronise on the queue itself or on
-// condition variables; nothing sleeps to wait.
+// Done, delays (and waking for them), Len, per-item back-off, shutdown. Threads synchronise on the
+// queue itself or on condition variables; nothing sleeps to wait.
 #include "controller/k8s/workqueue.h"
 
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <future>
 #include <thread>
 
 namespace tessera::k8s {
@@ -105,6 +106,63 @@ TEST(K8sWorkQueueTest, AddAfterWakesAWorkerAlreadyWaiting) {
   q.AddAfter("z", 5ms);
   worker.join();
   EXPECT_EQ(got, "z");
+}
+
+// GetUntil with a far deadline, on another thread: the item, or nullopt when none came within
+// `limit` (the queue is then shut down to free the waiting thread).
+std::optional<std::string> GetWithin(WorkQueue& q, std::chrono::seconds limit) {
+  auto got = std::async(std::launch::async, [&q] { return q.GetUntil(Clock::now() + 1h); });
+  if (got.wait_for(limit) != std::future_status::ready)
+    q.ShutDown();
+  return got.get();
+}
+
+// A worker already waiting wakes for a delayed item when it is due, not at its own deadline.
+TEST(K8sWorkQueueTest, AWaitingWorkerWakesWhenADelayedItemIsDue) {
+  WorkQueue q;
+  q.AddAfter("later", 1h);
+  std::atomic<bool> asking{false};
+  auto got = std::async(std::launch::async, [&] {
+    asking = true;
+    return q.GetUntil(Clock::now() + 1h);
+  });
+  while (!asking)
+    std::this_thread::yield();
+  // Nothing tells when the worker is asleep inside GetUntil (until "later"); give it a moment to
+  // get there, so that only AddAfter's wake-up can bring it "soon".
+  std::this_thread::sleep_for(50ms);
+  q.AddAfter("soon", 5ms);
+  if (got.wait_for(30s) != std::future_status::ready)
+    q.ShutDown();
+  EXPECT_EQ(got.get(), "soon");
+
+  WorkQueue idle;
+  idle.AddAfter("due", 5ms);
+  EXPECT_EQ(GetWithin(idle, 30s), "due") << "a worker that comes later sleeps only until it is due";
+}
+
+// Len counts what a worker could take now: due delayed items too, but not one in process.
+TEST(K8sWorkQueueTest, LenCountsDueDelayedItemsButNotThoseInProcess) {
+  WorkQueue q(NoBucket());
+  q.Add("busy");
+  ASSERT_EQ(q.Get(), "busy");
+  q.AddAfter("busy", 1ms);
+  q.AddAfter("due", 1ms);
+  q.AddAfter("later", 1h);
+  const auto due = Clock::now() + 1ms;
+  while (Clock::now() <= due)
+    std::this_thread::yield();
+  EXPECT_EQ(q.Len(), 1u);
+}
+
+TEST(K8sWorkQueueTest, AddAfterIsIgnoredAfterShutDown) {
+  WorkQueue q(NoBucket());
+  q.ShutDown();
+  q.AddAfter("x", 1ms);
+  const auto due = Clock::now() + 1ms;
+  while (Clock::now() <= due)
+    std::this_thread::yield();
+  EXPECT_EQ(q.Len(), 0u);
 }
 
 TEST(K8sWorkQueueRateLimiterTest, PerItemBackoffDoublesUpToTheCapAndForgetResets) {
