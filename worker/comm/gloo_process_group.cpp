@@ -303,8 +303,10 @@ struct Core {
         error = Explain(work->what(), e.what());
       }
       if (!error.empty()) {
-        work->Finish(error);
+        // Broken first: a caller woken by this failure must find the group broken, so its
+        // next operation fails at once instead of being queued or posted meanwhile.
         Break(error);
+        work->Finish(error);
       } else {
         work->Finish("");
       }

@@ -166,9 +166,18 @@ TEST(CommOptions, TimeoutFromEnvironmentTable) {
     std::optional<int64_t> ms;
   };
   const std::vector<Case> cases = {
-      {nullptr, 60000},      {"", 60000},           {"5", 5000},
-      {"0.25", 250},         {"0", std::nullopt},   {"-3", std::nullopt},
-      {"abc", std::nullopt}, {"10s", std::nullopt}, {"nan", std::nullopt},
+      {nullptr, 60000},
+      {"", 60000},
+      {"5", 5000},
+      {"0.25", 250},
+      {"0", std::nullopt},
+      {"-3", std::nullopt},
+      {"abc", std::nullopt},
+      {"10s", std::nullopt},
+      {"nan", std::nullopt},
+      // Rounded up, so never to 0 ms; at most 1e7 s.
+      {"0.0001", 1},
+      {"1e8", std::nullopt},
   };
   for (const auto& c : cases) {
     if (c.value) {
@@ -188,6 +197,50 @@ TEST(CommOptions, TimeoutFromEnvironmentTable) {
     }
   }
   ::unsetenv("TESSERA_COMM_TIMEOUT");
+}
+
+TEST(CommOptions, ComputeNiceFromEnvironmentTable) {
+  struct Case {
+    const char* value;  // nullptr: unset
+    std::optional<int> nice;
+  };
+  const std::vector<Case> cases = {
+      {nullptr, 10},
+      {"", 10},
+      {"0", 0},
+      {"19", 19},
+      {"20", std::nullopt},
+      {"-1", std::nullopt},
+      {"5x", std::nullopt},
+      {"abc", std::nullopt},
+  };
+  for (const auto& c : cases) {
+    if (c.value) {
+      ::setenv("TESSERA_COMPUTE_NICE", c.value, 1);
+    } else {
+      ::unsetenv("TESSERA_COMPUTE_NICE");
+    }
+    if (c.nice) {
+      EXPECT_EQ(ComputeNiceFromEnv(), *c.nice) << (c.value ? c.value : "unset");
+    } else {
+      try {
+        ComputeNiceFromEnv();
+        ADD_FAILURE() << c.value << " was accepted";
+      } catch (const CommConfigError& e) {
+        EXPECT_NE(std::string(e.what()).find("TESSERA_COMPUTE_NICE"), std::string::npos);
+      }
+    }
+  }
+  ::unsetenv("TESSERA_COMPUTE_NICE");
+}
+
+TEST(CommOptions, ElementSizesTable) {
+  const std::vector<std::pair<DataType, size_t>> cases = {
+      {DataType::kFloat32, 4}, {DataType::kFloat64, 8}, {DataType::kInt32, 4},
+      {DataType::kInt64, 8},   {DataType::kUInt8, 1},   {DataType::kBFloat16, 2},
+  };
+  for (const auto& [type, bytes] : cases)
+    EXPECT_EQ(ElementSize(type), bytes) << ToString(type);
 }
 
 }  // namespace

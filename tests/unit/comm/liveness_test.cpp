@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <future>
+#include <string>
 #include <thread>
 
 #include "tests/unit/comm/local_store.h"
@@ -75,6 +77,77 @@ TEST_F(LivenessTest, UnsubscribeWaitsForACallbackUnderWay) {
   watcher.Unsubscribe(id);
   EXPECT_TRUE(finished);
   EXPECT_EQ(unsubscribed_calls, 0);
+}
+
+// What a subscriber holds is released before Unsubscribe returns (not afterwards on the
+// monitor's thread), even when releasing it takes a while.
+TEST_F(LivenessTest, UnsubscribeReturnsOnlyOnceTheCallbackIsReleased) {
+  LivenessMonitor watcher(*client_, "job/", 1);
+  struct SlowToRelease {
+    explicit SlowToRelease(std::atomic<bool>* r) : released(r) {}
+    std::atomic<bool>* released;
+    ~SlowToRelease() {
+      std::this_thread::sleep_for(200ms);  // the span released, not a wait for a condition
+      *released = true;
+    }
+  };
+  std::atomic<bool> released{false};
+  std::promise<void> called;
+  int id = 0;
+  {
+    auto held = std::make_shared<SlowToRelease>(&released);
+    id = watcher.Subscribe([&, held](const RankLoss&) { called.set_value(); });
+  }
+  {
+    rendezvous::StoreClient rank2(options_);
+    rank2.AddWill("job/lost", "2");
+  }
+  ASSERT_EQ(called.get_future().wait_for(10s), std::future_status::ready);
+  watcher.Unsubscribe(id);
+  EXPECT_TRUE(released);
+}
+
+// A subscriber may unsubscribe itself from inside its callback without waiting for itself.
+TEST_F(LivenessTest, ASubscriberMayUnsubscribeItselfFromItsCallback) {
+  auto watcher = std::make_unique<LivenessMonitor>(*client_, "job/", 1);
+  std::promise<void> unsubscribed;
+  std::promise<int> id;
+  auto id_future = id.get_future().share();
+  id.set_value(watcher->Subscribe([&, id_future](const RankLoss&) {
+    watcher->Unsubscribe(id_future.get());
+    unsubscribed.set_value();
+  }));
+  {
+    rendezvous::StoreClient rank2(options_);
+    rank2.AddWill("job/lost", "2");
+  }
+  if (unsubscribed.get_future().wait_for(10s) != std::future_status::ready) {
+    ADD_FAILURE() << "Unsubscribe from the callback did not return";
+    watcher.release();  // its thread is stuck: leak it rather than hang joining it
+  }
+}
+
+// A rank that ends without the goodbye (a killed process) leaves both wills: the key every
+// rank watches and the one naming it. In a child process, which exits without destructors: a
+// fresh one (forked from this one, whose store has threads, ThreadSanitizer refuses the child's
+// threads), which re-runs this test up to EXPECT_EXIT and so finds this store's port in the
+// environment, set here only when not inherited.
+TEST_F(LivenessTest, ARankThatExitsWithoutAGoodbyeLeavesBothWills) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  constexpr char kPort[] = "TESSERA_LIVENESS_TEST_STORE_PORT";
+  ::setenv(kPort, std::to_string(server_->port()).c_str(), /*overwrite=*/0);
+  EXPECT_EXIT(
+      {
+        rendezvous::StoreClientOptions o = options_;
+        o.port = std::atoi(std::getenv(kPort));
+        rendezvous::StoreClient store(o);
+        LivenessMonitor monitor(store, "job/", 2);
+        std::_Exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
+  ::unsetenv(kPort);
+  EXPECT_EQ(client_->Get("job/lost", 5s), "2");
+  EXPECT_EQ(client_->Get("job/lost/2", 5s), "2");
 }
 
 TEST_F(LivenessTest, ACleanExitIsNotALoss) {

@@ -3,7 +3,9 @@
 // through the Gloo group, are tests/e2e/comm (comm_collective_*).
 #include "worker/comm/shm_allreduce.h"
 
+#include <dirent.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <functional>
 #include <thread>
@@ -76,21 +78,84 @@ TEST_F(ShmAllReduceTest, SumsAndAveragesExactlyAcrossPieces) {
 }
 
 // Ranks that report different machines get no segment, every one of them alike, and the
-// reason names the ranks.
+// reason names the ranks; whichever rank is elsewhere.
 TEST_F(ShmAllReduceTest, RanksOnDifferentMachinesAllFallBack) {
   const int ranks = 3;
-  std::vector<std::string> why(ranks);
-  std::vector<int> created(ranks, -1);
-  OnThreads(ranks, [&](int rank) {
-    auto client = Client();
-    const std::string machine = rank == 2 ? "elsewhere/boot" : ShmAllReduce::ThisMachine();
-    created[rank] =
-        ShmAllReduce::Create(*client, "t/", rank, ranks, 10s, &why[rank], machine) ? 1 : 0;
-  });
-  for (int r = 0; r < ranks; ++r) {
-    EXPECT_EQ(created[r], 0) << "rank " << r;
-    EXPECT_EQ(why[r], "ranks 0 and 2 are on different machines") << "rank " << r;
+  for (int elsewhere : {1, 2}) {
+    std::vector<std::string> why(ranks);
+    std::vector<int> created(ranks, -1);
+    const std::string prefix = "t" + std::to_string(elsewhere) + "/";
+    OnThreads(ranks, [&](int rank) {
+      auto client = Client();
+      const std::string machine =
+          rank == elsewhere ? "elsewhere/boot" : ShmAllReduce::ThisMachine();
+      created[rank] =
+          ShmAllReduce::Create(*client, prefix, rank, ranks, 10s, &why[rank], machine) ? 1 : 0;
+    });
+    const std::string want =
+        "ranks 0 and " + std::to_string(elsewhere) + " are on different machines";
+    for (int r = 0; r < ranks; ++r) {
+      EXPECT_EQ(created[r], 0) << "rank " << r;
+      EXPECT_EQ(why[r], want) << "rank " << r;
+    }
   }
+}
+
+// Group sizes the segment does not serve are refused at once, before touching the store.
+TEST_F(ShmAllReduceTest, GroupSizesOutsideTwoToMaxRanksAreRefused) {
+  auto client = Client();
+  for (int size : {1, ShmAllReduce::kMaxRanks + 1}) {
+    std::string why;
+    EXPECT_EQ(ShmAllReduce::Create(*client, "t/", 0, size, 100ms, &why), nullptr) << size;
+    EXPECT_NE(why.find("2 to 64 ranks"), std::string::npos) << size << ": " << why;
+  }
+}
+
+// Segments of this process in /dev/shm (rank 0 names them after its pid).
+std::vector<std::string> SegmentsOfThisProcess() {
+  std::vector<std::string> found;
+  const std::string prefix = "tessera-" + std::to_string(::getpid()) + "-";
+  if (DIR* dir = ::opendir("/dev/shm")) {
+    while (const dirent* e = ::readdir(dir)) {
+      if (std::string(e->d_name).rfind(prefix, 0) == 0)
+        found.push_back(e->d_name);
+    }
+    ::closedir(dir);
+  }
+  return found;
+}
+
+// Once every rank has mapped the segment its name is gone from /dev/shm, so a rank that dies
+// later leaves nothing behind.
+TEST_F(ShmAllReduceTest, NoSegmentNameOutlivesTheSetup) {
+  std::vector<std::unique_ptr<ShmAllReduce>> shm(2);
+  OnThreads(2, [&](int rank) {
+    auto client = Client();
+    std::string why;
+    shm[rank] = ShmAllReduce::Create(*client, "t/", rank, 2, 10s, &why);
+  });
+  ASSERT_NE(shm[0], nullptr);
+  ASSERT_NE(shm[1], nullptr);
+  EXPECT_EQ(SegmentsOfThisProcess(), std::vector<std::string>{});
+}
+
+// A rank that could not map the segment says so through the store, and every rank falls back
+// naming it. Rank 1 here is played by the test through the store.
+TEST_F(ShmAllReduceTest, ARankThatCannotMapTheSegmentMakesEveryRankFallBack) {
+  std::string why = "not called";
+  std::unique_ptr<ShmAllReduce> shm;
+  std::thread rank0([&] {
+    auto client = Client();
+    shm = ShmAllReduce::Create(*client, "t/", 0, 2, 10s, &why);
+  });
+  auto rank1 = Client();
+  rank1->Set("t/shm/machine/1", ShmAllReduce::ThisMachine());
+  rank1->Get("t/shm/name", 10s);
+  rank1->Set("t/shm/mapped/1", "cannot map the segment: injected");
+  rank0.join();
+  EXPECT_EQ(shm, nullptr);
+  EXPECT_EQ(why, "rank 1: cannot map the segment: injected");
+  EXPECT_EQ(SegmentsOfThisProcess(), std::vector<std::string>{});
 }
 
 // A rank that never arrives: the others fail at the timeout, naming it, instead of hanging.
@@ -140,6 +205,15 @@ TEST_F(ShmAllReduceTest, AbortEndsAWaitAtOnce) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);  // not the 60 s timeout
   float y = 1.0f;
   EXPECT_THROW(shm[0]->AllReduce(&y, 1, false), CommError);
+  EXPECT_THROW(shm[0]->AllReduce(&y, 0, false), CommError);  // whatever its size
+  // The first reason stays.
+  shm[0]->Abort("a later failure");
+  try {
+    shm[0]->AllReduce(&y, 1, false);
+    ADD_FAILURE() << "all-reduce after Abort returned";
+  } catch (const CommError& e) {
+    EXPECT_STREQ(e.what(), "rank 1 lost: its process exited");
+  }
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@ TEST(Frame, RequestsRoundTrip) {
       {RequestType::kSet, {"a/b"}, std::string("v\0w", 3), std::nullopt, 0},
       {RequestType::kGet, {""}, "", std::nullopt, 0},
       {RequestType::kWait, {"x", "y", "z"}, "", std::nullopt, 1500},
+      {RequestType::kWait, {"x"}, "", std::nullopt, 0},  // a zero timeout only looks
       {RequestType::kAdd, {"n"}, "", std::nullopt, -7},
       {RequestType::kCompareSet, {"k"}, "new", std::string("old"), 0},
       {RequestType::kCompareSet, {"k"}, "new", std::nullopt, 0},
@@ -99,6 +101,12 @@ TEST(Frame, MalformedBodiesAreRefusedWithAReason) {
   const std::vector<Case> cases = {
       {"empty body", Body{}, "empty"},
       {"unknown type 0", Body{}.u8(0).u32(0).str("").u8(0).i64(0), "unknown request type"},
+      {"unknown type 0 alone", Body{}.u8(0), "unknown request type"},
+      {"three-byte key count", Body{}.u8(2).u8(1).u8(0).u8(0), "truncated key count"},
+      {"auth with a key", Body{}.u8(1).u32(1).str("k").str("t").u8(0).i64(0), "takes no keys"},
+      {"list with a key", Body{}.u8(8).u32(1).str("k").str("p/").u8(0).i64(0), "takes no keys"},
+      {"clear_wills with a key", Body{}.u8(10).u32(1).str("k").str("").u8(0).i64(0),
+       "takes no keys"},
       {"unknown type 99", Body{}.u8(99).u32(0).str("").u8(0).i64(0), "unknown request type"},
       {"set without a key", Body{}.u8(2).u32(0).str("v").u8(0).i64(0), "exactly one key"},
       {"get with two keys", Body{}.u8(3).u32(2).str("a").str("b").str("").u8(0).i64(0),
@@ -131,10 +139,51 @@ TEST(Frame, HeaderOverTheLimitIsMalformedBeforeTheBodyArrives) {
   EXPECT_EQ(DecodeResponse(bytes, resp).status, DecodeStatus::kMalformed);
 }
 
-TEST(Frame, UnknownResponseStatusIsMalformed) {
-  std::vector<uint8_t> body = {9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
-  Response out;
-  EXPECT_EQ(DecodeResponseBody(body, out).status, DecodeStatus::kMalformed);
+TEST(Frame, HeaderAtTheLimitWaitsForTheBody) {
+  const uint32_t len = kMaxFrameBody;
+  const std::array<uint8_t, kFrameHeaderBytes> header = {
+      static_cast<uint8_t>(len), static_cast<uint8_t>(len >> 8), static_cast<uint8_t>(len >> 16),
+      static_cast<uint8_t>(len >> 24)};
+  EXPECT_EQ(DecodeHeader(header), kMaxFrameBody);
+  Request out;
+  EXPECT_EQ(DecodeRequest(header, out).status, DecodeStatus::kIncomplete);
+}
+
+// A wait for the most keys a frame may carry (the empty key, kMaxKeysPerFrame times).
+TEST(Frame, AFrameWithTheMostKeysDecodes) {
+  Body body;
+  body.u8(static_cast<uint8_t>(RequestType::kWait)).u32(kMaxKeysPerFrame);
+  for (uint32_t i = 0; i < kMaxKeysPerFrame; ++i)
+    body.str("");
+  body.str("").u8(0).i64(1);
+  Request out;
+  auto r = DecodeRequestBody(body.b, out);
+  ASSERT_EQ(r.status, DecodeStatus::kOk) << r.error;
+  EXPECT_EQ(out.keys.size(), kMaxKeysPerFrame);
+}
+
+// A response body built by hand: u8 status, value, i64 number, u32 nkeys, keys, message.
+TEST(Frame, MalformedResponseBodiesAreRefusedWithAReason) {
+  struct Case {
+    const char* name;
+    Body body;
+    const char* reason;
+  };
+  const std::vector<Case> cases = {
+      {"empty body", Body{}, "empty"},
+      {"unknown status 9", Body{}.u8(9).str("").i64(0).u32(0).str(""), "unknown response status"},
+      {"missing number", Body{}.u8(0).str("v"), "truncated number"},
+      {"missing message", Body{}.u8(0).str("v").i64(1).u32(0), "truncated message"},
+      {"message longer than the frame", Body{}.u8(0).str("v").i64(1).u32(0).u32(9).u8('m'),
+       "truncated message"},
+      {"trailing bytes", Body{}.u8(0).str("v").i64(1).u32(0).str("").u8(7), "trailing"},
+  };
+  for (const auto& c : cases) {
+    Response out;
+    auto r = DecodeResponseBody(c.body.b, out);
+    EXPECT_EQ(r.status, DecodeStatus::kMalformed) << c.name;
+    EXPECT_NE(r.error.find(c.reason), std::string::npos) << c.name << ": " << r.error;
+  }
 }
 
 }  // namespace

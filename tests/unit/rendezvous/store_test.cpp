@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -76,6 +77,21 @@ TEST_F(StoreTest, WaitTimesOutNamingTheMissingKeys) {
   EXPECT_EQ(c->Get("present"), "1");
 }
 
+// A timeout names the first eight missing keys and elides the rest.
+TEST_F(StoreTest, WaitTimeoutNamesAtMostEightMissingKeys) {
+  std::vector<std::string> keys;
+  for (int i = 0; i < 10; ++i)
+    keys.push_back("missing/" + std::to_string(i));
+  try {
+    Client()->Wait(keys, 50ms);
+    FAIL() << "wait returned";
+  } catch (const StoreTimeoutError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("missing/7, ..."), std::string::npos) << what;
+    EXPECT_EQ(what.find("missing/8"), std::string::npos) << what;
+  }
+}
+
 TEST_F(StoreTest, AddIsAtomicAcrossClients) {
   constexpr int kThreads = 4, kAdds = 100;
   std::vector<std::thread> threads;
@@ -93,6 +109,9 @@ TEST_F(StoreTest, AddIsAtomicAcrossClients) {
   EXPECT_EQ(c->Add("counter", -400), 0);
   c->Set("text", "abc");
   EXPECT_THROW(c->Add("text", 1), StoreError);
+  c->Set("partly", "12abc");
+  EXPECT_THROW(c->Add("partly", 1), StoreError);
+  EXPECT_EQ(c->Get("partly"), "12abc");
 }
 
 TEST_F(StoreTest, CompareSetTable) {
@@ -143,6 +162,30 @@ TEST_F(StoreTest, WrongTokenIsRefusedAndCounted) {
   }
   EXPECT_EQ(server_->refused_clients(), 1u);
   EXPECT_EQ(Client()->Add("ok", 1), 1);  // the server still serves good clients
+}
+
+// Only the exact token is accepted: not a prefix of it, not the empty token, not one that differs
+// in a single bit.
+TEST_F(StoreTest, OnlyTheExactTokenIsAccepted) {
+  const std::vector<std::string> wrong = {"", "right", "right-token-", "Right-token",
+                                          std::string("right-toke\xee")};
+  for (size_t i = 0; i < wrong.size(); ++i) {
+    EXPECT_THROW(StoreClient bad(ClientOptions(wrong[i])), StoreAuthError) << "wrong token #" << i;
+  }
+  EXPECT_EQ(server_->refused_clients(), wrong.size());
+}
+
+// connected_clients() counts authenticated connections (not refused ones), and
+// WaitForClientsToLeave returns once no more than `remaining` are left.
+TEST_F(StoreTest, ConnectedClientsCountsAuthenticatedConnections) {
+  auto a = Client();
+  auto b = Client();
+  EXPECT_THROW(StoreClient bad(ClientOptions("wrong")), StoreAuthError);
+  EXPECT_EQ(server_->connected_clients(), 2);
+  a.reset();
+  ASSERT_TRUE(server_->WaitForClientsToLeave(5s, 1));
+  EXPECT_EQ(server_->connected_clients(), 1);
+  EXPECT_FALSE(server_->WaitForClientsToLeave(50ms, 0));
 }
 
 TEST_F(StoreTest, WillsApplyOnUncleanDisconnectOnly) {
@@ -263,6 +306,161 @@ TEST_F(StoreTest, MalformedFramesDropTheClientButNotTheServer) {
   EXPECT_EQ(Client()->Add("still-alive", 1), 1);
 }
 
+// Reads what the server sends on `fd` until it closes the connection (or 10 s pass, a hang
+// guard); false when it did not close.
+bool ReadUntilClosed(int fd, std::vector<uint8_t>& in) {
+  const auto deadline = io::Clock::now() + 10s;
+  uint8_t buf[256];
+  while (io::Clock::now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0)
+      continue;
+    const ssize_t k = ::recv(fd, buf, sizeof(buf), 0);
+    if (k <= 0)
+      return true;
+    in.insert(in.end(), buf, buf + k);
+  }
+  return false;
+}
+
+// The first frame must be an authentication request: a set carrying the token is refused,
+// counted, answered with the reason, and not applied.
+TEST_F(StoreTest, AFirstFrameThatIsNotAnAuthRequestIsRefused) {
+  const int fd = RawConnect(server_->port());
+  std::vector<uint8_t> set;
+  EncodeRequest({RequestType::kSet, {"k"}, "right-token", std::nullopt, 0}, set);
+  ASSERT_EQ(io::SendAll(fd, set.data(), set.size(), io::Clock::now() + 5s), io::IoResult::kOk);
+  std::vector<uint8_t> in;
+  ASSERT_TRUE(ReadUntilClosed(fd, in));
+  ::close(fd);
+  Response reply;
+  ASSERT_EQ(DecodeResponse(in, reply).status, DecodeStatus::kOk);
+  EXPECT_EQ(reply.status, Status::kAuthFailed);
+  EXPECT_NE(reply.message.find("not an authentication request"), std::string::npos)
+      << reply.message;
+  EXPECT_EQ(server_->refused_clients(), 1u);
+  EXPECT_EQ(Client()->TryGet("k"), std::nullopt);
+}
+
+// A first frame over the size limit is refused and counted like a wrong token.
+TEST_F(StoreTest, AnOversizedFirstFrameIsRefusedAndCounted) {
+  const int fd = RawConnect(server_->port());
+  const uint8_t header[] = {0xff, 0xff, 0xff, 0xff};
+  ASSERT_EQ(io::SendAll(fd, header, sizeof(header), io::Clock::now() + 5s), io::IoResult::kOk);
+  std::vector<uint8_t> in;
+  ASSERT_TRUE(ReadUntilClosed(fd, in));
+  ::close(fd);
+  Response reply;
+  ASSERT_EQ(DecodeResponse(in, reply).status, DecodeStatus::kOk);
+  EXPECT_EQ(reply.status, Status::kAuthFailed);
+  EXPECT_EQ(server_->refused_clients(), 1u);
+}
+
+// A connection that never authenticates is dropped after auth_timeout.
+TEST(StoreAuth, AClientThatNeverAuthenticatesIsDropped) {
+  StoreServerOptions so;
+  so.host = "127.0.0.1";
+  so.port = 0;
+  so.token = "t";
+  so.auth_timeout = 200ms;
+  auto server = StoreServer::Start(so);
+  const int fd = RawConnect(server->port());
+  std::vector<uint8_t> in;
+  EXPECT_TRUE(ReadUntilClosed(fd, in)) << "still connected after 10 s";
+  ::close(fd);
+  EXPECT_TRUE(in.empty());
+  EXPECT_EQ(server->connected_clients(), 0);
+}
+
+// A store that answers the handshake and then nothing (a wedged rank 0): each call fails by
+// its own deadline with a timeout naming the operation, not a lost connection.
+TEST(StoreDeadlines, ACallToAStoreThatStopsAnsweringTimesOut) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(::listen(listener, 4), 0);
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  std::atomic<bool> done{false};
+  std::thread silent([&] {
+    const int fd = ::accept(listener, nullptr, nullptr);
+    const auto deadline = io::Clock::now() + 10s;
+    uint8_t header[kFrameHeaderBytes];
+    if (io::RecvAll(fd, header, sizeof(header), deadline) == io::IoResult::kOk) {
+      std::vector<uint8_t> body(*DecodeHeader(header));
+      io::RecvAll(fd, body.data(), body.size(), deadline);
+      std::vector<uint8_t> ok;
+      EncodeResponse({}, ok);
+      io::SendAll(fd, ok.data(), ok.size(), deadline);
+    }
+    // Reads requests and answers none, until the client hangs up or the test ends.
+    uint8_t buf[256];
+    while (!done.load()) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 50) > 0 && ::recv(fd, buf, sizeof(buf), 0) <= 0)
+        break;
+    }
+    ::close(fd);
+  });
+  StoreClientOptions o;
+  o.host = "127.0.0.1";
+  o.port = ntohs(a.sin_port);
+  o.connect_timeout = 10s;
+  o.timeout = 200ms;
+  {
+    StoreClient c(o);
+    try {
+      c.Set("k", "v");
+      ADD_FAILURE() << "set returned";
+    } catch (const StoreTimeoutError& e) {
+      EXPECT_NE(std::string(e.what()).find("set k timed out"), std::string::npos) << e.what();
+    } catch (const StoreError& e) {
+      ADD_FAILURE() << "not a timeout: " << e.what();
+    }
+    done = true;
+  }
+  silent.join();
+  ::close(listener);
+}
+
+// Once the connection dropped, the goodbye has nothing to do (the server set the wills): it
+// neither reconnects nor throws.
+TEST_F(StoreTest, ClearWillsAfterTheConnectionDroppedDoesNothing) {
+  StoreClientOptions o = ClientOptions();
+  o.connect_timeout = 1s;
+  StoreClient c(o);
+  c.AddWill("lost/1", "1");
+  server_->Stop();
+  EXPECT_THROW(c.Set("k", "v"), StoreConnectionError);
+  EXPECT_NO_THROW(c.ClearWills(5s));
+}
+
+// A call that failed closed the connection; the next call connects again (here to a store
+// restarted on the same port).
+TEST(StoreConnect, TheCallAfterALostConnectionConnectsAgain) {
+  StoreServerOptions so;
+  so.host = "127.0.0.1";
+  so.port = 0;
+  so.token = "t";
+  auto server = StoreServer::Start(so);
+  StoreClientOptions co;
+  co.host = "127.0.0.1";
+  co.port = server->port();
+  co.token = "t";
+  co.connect_timeout = co.timeout = 10s;
+  StoreClient c(co);
+  c.Set("before", "1");
+  server.reset();
+  EXPECT_THROW(c.Set("during", "1"), StoreConnectionError);
+  so.port = co.port;
+  server = StoreServer::Start(so);
+  c.Set("after", "1");
+  EXPECT_EQ(c.TryGet("after"), "1");
+  EXPECT_EQ(c.TryGet("before"), std::nullopt);  // a new store
+}
+
 TEST(StoreConnect, ClientStartedBeforeTheServerWaitsForIt) {
   // Reserve a free port, release it, and start the client before anything listens there.
   const int probe = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -334,6 +532,58 @@ TEST(StoreConnect, ParseEndpointTable) {
   };
   for (const auto& c : cases)
     EXPECT_EQ(ParseEndpoint(c.in), c.out) << c.in;
+}
+
+TEST(StoreConnect, OptionsFromEnvironmentTable) {
+  struct Case {
+    const char* endpoint;  // nullptr: unset
+    const char* timeout;   // nullptr: unset
+    const char* error;     // nullptr: accepted
+    int64_t timeout_ms;
+  };
+  const std::vector<Case> cases = {
+      {"store:29500", nullptr, nullptr, 300000},
+      {"store:29500", "2.5", nullptr, 2500},
+      {"store:29500", "", nullptr, 300000},
+      {nullptr, nullptr, "TESSERA_RDZV_ENDPOINT is not set", 0},
+      {"", nullptr, "TESSERA_RDZV_ENDPOINT is not set", 0},
+      {"store", nullptr, "TESSERA_RDZV_ENDPOINT=store", 0},
+      {"store:29500", "0", "TESSERA_RDZV_TIMEOUT=0", 0},
+      {"store:29500", "-1", "TESSERA_RDZV_TIMEOUT=-1", 0},
+      {"store:29500", "5s", "TESSERA_RDZV_TIMEOUT=5s", 0},
+      {"store:29500", "abc", "TESSERA_RDZV_TIMEOUT=abc", 0},
+  };
+  auto set = [](const char* name, const char* value) {
+    if (value) {
+      ::setenv(name, value, 1);
+    } else {
+      ::unsetenv(name);
+    }
+  };
+  set("TESSERA_RDZV_TOKEN", "secret");
+  for (const auto& c : cases) {
+    const std::string what =
+        std::string(c.endpoint ? c.endpoint : "unset") + " / " + (c.timeout ? c.timeout : "unset");
+    set("TESSERA_RDZV_ENDPOINT", c.endpoint);
+    set("TESSERA_RDZV_TIMEOUT", c.timeout);
+    if (c.error) {
+      try {
+        StoreClientOptions::FromEnv();
+        ADD_FAILURE() << what << " was accepted";
+      } catch (const StoreError& e) {
+        EXPECT_NE(std::string(e.what()).find(c.error), std::string::npos) << e.what();
+      }
+      continue;
+    }
+    const StoreClientOptions o = StoreClientOptions::FromEnv();
+    EXPECT_EQ(o.host, "store") << what;
+    EXPECT_EQ(o.port, 29500) << what;
+    EXPECT_EQ(o.token, "secret") << what;
+    EXPECT_EQ(o.timeout.count(), c.timeout_ms) << what;
+    EXPECT_EQ(o.connect_timeout.count(), c.timeout_ms) << what;
+  }
+  for (const char* name : {"TESSERA_RDZV_ENDPOINT", "TESSERA_RDZV_TIMEOUT", "TESSERA_RDZV_TOKEN"})
+    ::unsetenv(name);
 }
 
 // Every store connection (client and server side) has TCP keepalive at the documented timing,
