@@ -303,6 +303,18 @@ TEST_F(GlooGang, AnOperationThatTimesOutBreaksTheGroup) {
                   "group is broken");
 }
 
+// A receive that runs out of time breaks the group too (process_group.h: after any operation
+// fails, every later one fails at once), saying why.
+TEST_F(GlooGang, AReceiveThatTimesOutBreaksTheGroup) {
+  Start(2, 1s);
+  int64_t x = 0;
+  auto recv = groups_[0]->recv(&x, 1, DataType::kInt64, 1);  // rank 1 never sends
+  ExpectCommError([&] { recv->wait(); }, "recv from rank 1");
+  ExpectCommError([&] { groups_[0]->all_reduce(&x, 1, DataType::kInt64, ReduceOp::kSum)->wait(); },
+                  "group is broken");
+  ExpectCommError([&] { groups_[0]->send(&x, 1, DataType::kInt64, 1); }, "group is broken");
+}
+
 // The store reports rank 1 lost: a receive waiting for it ends well before the communication
 // timeout (60 s here) with an error naming it, and every later operation fails at once.
 TEST_F(GlooGang, ALostRankEndsAPendingReceiveAndBreaksTheGroup) {
