@@ -339,8 +339,9 @@ TEST(K8sLeaderElectionHungRenewTest, StepsDownAtTheRenewDeadlineWhenARenewalNeve
   ASSERT_TRUE(Eventually([&] { return put_seen.load(); }, 5s)) << "no renewal was tried";
   ASSERT_TRUE(Eventually([&] { return stopped.load(); }, 5s))
       << "still leading with a renewal hung past the renew deadline";
-  // Leadership began (acquire) before started_at: it ends by the renew deadline after that.
-  EXPECT_LT(stopped_at - started_at, c.renew_deadline + 300ms);
+  // The renew deadline (1 s) ended it, not the hung request's own timeout (10 s); the bound
+  // sits far from both, so a loaded machine does not decide the outcome.
+  EXPECT_LT(stopped_at - started_at, options.timeout / 2);
   EXPECT_FALSE(elector.IsLeader());
 }
 
