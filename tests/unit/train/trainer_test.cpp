@@ -111,8 +111,10 @@ TEST_F(TrainerTest, MicroBatchAccumulationMatchesOneBatch) {
   TrainerConfig four = Config();
   four.batch.micro_batches = 4;
   TrainResult r1, r4;
-  ASSERT_TRUE(Train(one, {}, &r1).ok());
-  ASSERT_TRUE(Train(four, {}, &r4).ok());
+  Status st = Train(one, {}, &r1);
+  ASSERT_TRUE(st.ok()) << st.message();
+  st = Train(four, {}, &r4);
+  ASSERT_TRUE(st.ok()) << st.message();
   ASSERT_EQ(r1.losses.size(), r4.losses.size());
   for (size_t i = 0; i < r1.losses.size(); ++i) {
     EXPECT_NEAR(r1.losses[i], r4.losses[i], 2e-4) << "step " << i + 1;
