@@ -218,6 +218,14 @@ int RunRank(const std::string& config_path, const std::vector<std::string>& over
                  result.steps_completed);
     return 128 + g_signal;
   }
+  if (result.steps_completed < config.schedule.steps) {
+    // Another rank was stopped by a signal and this one stopped with it, at the same step.
+    // Exit 0 would say the run is finished (worker 0's 0 makes the job Succeeded): exit 143, as
+    // a rank stopped by SIGTERM does, so the gang is resumed from the checkpoint just written.
+    spdlog::info("stopped at step {} of {} with the rank a signal stopped", result.steps_completed,
+                 config.schedule.steps);
+    return 128 + SIGTERM;
+  }
   return 0;
 }
 

@@ -28,6 +28,8 @@ cat "$WORK/train.txt"
 [[ $(grep -c "done: 30 steps" "$WORK/train.txt") == 2 ]] || fail "both ranks must finish"
 [[ -f $WORK/ckpt/step-30/meta.json ]] || fail "no final checkpoint"
 grep -q '"worldSize": 2' "$WORK/ckpt/step-30/meta.json" || fail "the checkpoint is not 2-rank"
+# Rank 0's store sees every rank's connections close, its own too, and ends without waiting.
+! grep -q "still connected" "$WORK/train.txt" || fail "the store waited for connected ranks"
 
 marker="agent-e2e-$$-$RANDOM"
 rc=0

@@ -109,6 +109,7 @@ class Rank {
     return exit_code_;
   }
   void Kill() { ::kill(pid_, SIGKILL); }
+  void Signal(int sig) { ::kill(pid_, sig); }
   std::string log() const { return ReadFile(log_); }
 
  private:
@@ -260,6 +261,14 @@ class ParallelTest : public ::testing::Test {
     }
     // The model learned something (the comparison is not between two flat lines).
     EXPECT_LT(reference.at(steps), reference.at(1) - 0.3);
+    // The validation windows are split over the data-parallel ranks and their sums added.
+    const auto val_loss = [&](const std::string& run) {
+      return nlohmann::json::parse(
+                 ReadFile(dir_ / run / "ckpt" / ("step-" + std::to_string(steps)) / "meta.json"))
+          .at("valLoss")
+          .get<double>();
+    };
+    EXPECT_NEAR(val_loss(name), val_loss("one"), tolerance * val_loss("one"));
     std::printf("%s (%d ranks): largest relative loss difference over %d steps %.3g\n",
                 name.c_str(), layout.ranks(), steps, worst);
 
@@ -402,6 +411,47 @@ TEST_F(ParallelTest, HybridDataPipelineTensorFollowsOneRank) {
 
 TEST_F(ParallelTest, HybridKilledRankEndsTheGangThenResumes) {
   ExpectKilledRankEndsTheGangThenResumes({.data = 2, .pipeline = 2}, kModelParallelModel, 60, 16);
+}
+
+// SIGTERM to one rank stops every rank at the same step, after one checkpoint; the ranks
+// that got no signal exit 143 as well, not 0 (which would say the run is finished).
+TEST_F(ParallelTest, SignalToOneRankStopsTheGangAtOneStep) {
+  const fs::path config = WriteConfig("stop", 100000, 0, 1);
+  auto ranks = Start(config, {.data = 2}, "stop");
+  const auto give_up = Clock::now() + 120s;
+  while (ranks[1]->log().find("step 1/100000") == std::string::npos && Clock::now() < give_up) {
+    ASSERT_FALSE(ranks[1]->Wait(Clock::now())) << ranks[1]->log();
+    std::this_thread::sleep_for(5ms);
+  }
+  ranks[1]->Signal(SIGTERM);
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    EXPECT_EQ(ranks[r]->Wait(Clock::now() + 60s), std::optional<int>(143)) << "rank " << r << ":\n"
+                                                                           << ranks[r]->log();
+  }
+  std::vector<std::string> written;
+  for (const auto& entry : fs::directory_iterator(dir_ / "stop" / "ckpt"))
+    written.push_back(entry.path().filename().string());
+  ASSERT_EQ(written.size(), 1u);
+  const std::string step = written[0].substr(std::string("step-").size());
+  EXPECT_NE(ranks[1]->log().find("stopped by signal 15 at step " + step), std::string::npos)
+      << ranks[1]->log();
+  EXPECT_NE(ranks[0]->log().find("stopped at step " + step + " of 100000"), std::string::npos)
+      << ranks[0]->log();
+}
+
+// A checkpoint of data-parallel ranks with sharded AdamW state does not resume with another
+// zeroStage: every rank refuses it (exit 3) naming the field.
+TEST_F(ParallelTest, ZeroStageOfTheCheckpointMustMatch) {
+  const fs::path config = WriteConfig("zero", 2, 0, 1);
+  ASSERT_NO_FATAL_FAILURE(RunToEnd(config, {.data = 2, .zero_stage = 1}, "first"));
+  auto ranks = Start(config, {.data = 2}, "second");
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    EXPECT_EQ(ranks[r]->Wait(Clock::now() + 60s), std::optional<int>(3)) << "rank " << r << ":\n"
+                                                                         << ranks[r]->log();
+  }
+  EXPECT_NE(ranks[0]->log().find("written with parallelism.zeroStage 1, this job has 0"),
+            std::string::npos)
+      << ranks[0]->log();
 }
 
 }  // namespace

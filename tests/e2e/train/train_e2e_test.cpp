@@ -358,4 +358,113 @@ TEST_F(TrainE2E, CorruptCheckpointExitsThreeNamingTheFile) {
   EXPECT_TRUE(fs::exists(shard));
 }
 
+// What a user can get wrong on the command line or in the environment of DESIGN.md §3 ends
+// at once with exit 2 and one line naming the option or variable; the edges of the ranges
+// and an empty variable (unset) are accepted.
+TEST_F(TrainE2E, CommandLineAndEnvironmentErrorsExitTwoNamingTheOptionOrVariable) {
+  const std::string config = WriteConfig((fs::path(source_) / "data/tinyshakespeare.txt").string());
+  struct Case {
+    std::vector<std::string> args;  // after the worker's path
+    std::vector<std::string> env;
+    int code;
+    std::string want;  // the first line starts with it
+    bool one_line = true;
+  };
+  const std::vector<std::string> rank = {"rank", "--config", config};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = rank;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  };
+  const std::vector<Case> cases = {
+      {rank, {"RANK=1x"}, 2, "tessera-worker: RANK=1x: expected an integer in [0, 1048576]"},
+      {rank, {"WORLD_SIZE=0"}, 2, "tessera-worker: WORLD_SIZE=0: expected an integer in [1, "},
+      {rank,
+       {"TESSERA_METRICS_PORT=65536"},
+       2,
+       "tessera-worker: TESSERA_METRICS_PORT=65536: expected an integer in [-1, 65535]"},
+      // The largest RANK the variable takes, then refused by the world of one rank.
+      {rank, {"RANK=1048576"}, 2, "tessera-worker: RANK=1048576: not in [0, WORLD_SIZE=1)"},
+      {rank, {"TESSERA_MESH=bogus"}, 2, "tessera-worker: TESSERA_MESH=bogus: "},
+      {rank,
+       {"TESSERA_COMPUTE_NICE=99"},
+       2,
+       "tessera-worker: TESSERA_COMPUTE_NICE=99: expected an integer from 0"},
+      // Checked before joining the world, which would otherwise fail on the rendezvous.
+      {with({"--set", "batch.global=7"}),
+       {"WORLD_SIZE=2", "RANK=1"},
+       2,
+       "tessera-worker: batch.global: 7 is not divisible by data-parallel ranks (2)"},
+      {with({"--set", "nosuch.field=1"}), {}, 2, "tessera-worker: --set nosuch.field: "},
+      {{"rank"}, {}, 2, "--config is required", false},
+      {with({"--threads", "5000"}), {}, 2, "--threads: Value 5000 not in range", false},
+      {{}, {}, 2, "tessera-worker: no command; run `tessera-worker rank --config FILE`"},
+      {{"agent"}, {}, 2, "tessera-worker agent: give --config FILE"},
+      {{"agent", "--config", config, "--", "true"},
+       {},
+       2,
+       "tessera-worker agent: --config " + config + " and a command after -- (true) both given"},
+      {{"agent", "--set", "a=b", "--", "true"},
+       {},
+       2,
+       "tessera-worker agent: --set applies to the built-in trainer (--config)"},
+      {{"agent", "--threads", "2", "--", "true"},
+       {},
+       2,
+       "tessera-worker agent: --threads applies to the built-in trainer (--config)"},
+      {{"--version"}, {}, 0, "tessera ", false},
+      {with({"--set", "schedule.steps=1", "--threads", "1"}),
+       {"TESSERA_METRICS_PORT=-1", "WORLD_SIZE=", "RANK="},
+       0,
+       "",
+       false},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& k = cases[i];
+    std::vector<std::string> args = {worker_};
+    args.insert(args.end(), k.args.begin(), k.args.end());
+    Worker w(args, k.env, dir_ / ("case" + std::to_string(i) + ".log"));
+    const std::optional<int> code = w.Wait(std::chrono::seconds(120));
+    const std::string log = w.log();
+    SCOPED_TRACE("case " + std::to_string(i) + ":\n" + log);
+    ASSERT_TRUE(code.has_value());
+    EXPECT_EQ(*code, k.code);
+    EXPECT_EQ(log.rfind(k.want, 0), 0u);
+    if (k.one_line) {
+      EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 1);
+    }
+    if (k.code == 0 && k.want.empty()) {
+      EXPECT_NE(log.find("done: 1 steps"), std::string::npos);
+      EXPECT_EQ(log.find("metrics on port"), std::string::npos);  // TESSERA_METRICS_PORT=-1
+    }
+  }
+}
+
+// SIGINT and SIGTERM: the step in progress finishes, a checkpoint is written there and the
+// process exits 128 + the signal.
+TEST_F(TrainE2E, SignalWritesACheckpointAndExits128PlusTheSignal) {
+  const fs::path config = WriteConfig((fs::path(source_) / "data/tinyshakespeare.txt").string());
+  for (int sig : {SIGINT, SIGTERM}) {
+    const fs::path ckpt = dir_ / ("ckpt-" + std::to_string(sig));
+    Worker w({worker_, "rank", "--config", config.string(), "--set", "schedule.steps=100000",
+              "--threads", "1"},
+             {"TESSERA_METRICS_PORT=-1", "TESSERA_CHECKPOINT_DIR=" + ckpt.string()},
+             dir_ / ("signal-" + std::to_string(sig) + ".log"));
+    ASSERT_TRUE(WaitFor([&] { return w.log().find("step 1/100000") != std::string::npos; },
+                        std::chrono::seconds(120)))
+        << w.log();
+    w.Signal(sig);
+    const std::optional<int> code = w.Wait(std::chrono::seconds(120));
+    ASSERT_TRUE(code.has_value()) << w.log();
+    EXPECT_EQ(*code, 128 + sig) << w.log();
+    std::smatch m;
+    const std::string log = w.log();
+    ASSERT_TRUE(
+        std::regex_search(log, m, std::regex("stopped by signal ([0-9]+) at step ([0-9]+)")))
+        << log;
+    EXPECT_EQ(std::stoi(m[1]), sig);
+    EXPECT_TRUE(fs::exists(ckpt / ("step-" + m[2].str()) / "meta.json")) << log;
+  }
+}
+
 }  // namespace
