@@ -13,27 +13,13 @@
 #include <string>
 #include <thread>
 
+#include "tests/unit/train/loopback_http.h"
+
 namespace tessera::train {
 namespace {
 
-// Sends `request` to 127.0.0.1:port and returns everything the server answered.
 std::string Exchange(int port, const std::string& request) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return "connect failed";
-  }
-  send(fd, request.data(), request.size(), MSG_NOSIGNAL);
-  std::string answer;
-  char buf[1024];
-  for (ssize_t n; (n = recv(fd, buf, sizeof(buf), 0)) > 0;)
-    answer.append(buf, static_cast<size_t>(n));
-  close(fd);
-  return answer;
+  return test::LoopbackExchange(port, request);
 }
 
 class HttpServerTest : public ::testing::Test {

@@ -1,11 +1,7 @@
 #include "worker/train/trainer.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -18,6 +14,7 @@
 #include <regex>
 #include <sstream>
 
+#include "tests/unit/train/loopback_http.h"
 #include "worker/model/gpt.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/data_loader.h"
@@ -29,22 +26,7 @@ namespace fs = std::filesystem;
 
 // The body of GET `path` from the trainer's metrics server on 127.0.0.1:port.
 std::string HttpGet(int port, const std::string& path) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return "connect failed";
-  }
-  const std::string request = "GET " + path + " HTTP/1.0\r\n\r\n";
-  send(fd, request.data(), request.size(), MSG_NOSIGNAL);
-  std::string answer;
-  char buf[4096];
-  for (ssize_t n; (n = recv(fd, buf, sizeof(buf), 0)) > 0;)
-    answer.append(buf, static_cast<size_t>(n));
-  close(fd);
+  const std::string answer = test::LoopbackExchange(port, "GET " + path + " HTTP/1.0\r\n\r\n");
   const size_t body = answer.find("\r\n\r\n");
   return body == std::string::npos ? answer : answer.substr(body + 4);
 }
