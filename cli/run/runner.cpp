@@ -231,9 +231,9 @@ class LocalRun {
   void EnforceKillDeadlines();
   // options_.signal_group, else SignalProcessGroup.
   void Signal(pid_t pgid, int signal);
-  // A rank that outlived SIGKILL by options_.reap_after_kill_seconds: named, counted as
-  // killed, and no longer waited for.
-  void LeaveBehind(Rank& r);
+  // The worker's ranks that outlived SIGKILL by options_.reap_after_kill_seconds: each named,
+  // counted as killed, and no longer waited for.
+  void LeaveBehindTheRunning(LocalWorker& worker);
   std::chrono::milliseconds ReapAfterKill() const {
     return std::chrono::milliseconds(static_cast<int64_t>(options_.reap_after_kill_seconds * 1000));
   }
@@ -263,7 +263,7 @@ class LocalRun {
   lifecycle::Status status_;
   std::map<int64_t, LocalWorker> workers_;
   std::vector<pid_t> all_groups_;  // every rank's process group, of every attempt
-  std::set<pid_t> left_behind_;    // ranks stuck in the kernel (LeaveBehind)
+  std::set<pid_t> left_behind_;    // ranks stuck in the kernel (LeaveBehindTheRunning)
   Clock::time_point started_ = Clock::now();
   // Rank 0's /progress: the latest report, and for the ETA the first report of the attempt.
   std::optional<api::ProgressDocument> progress_;
@@ -565,12 +565,8 @@ void LocalRun::EnforceKillDeadlines() {
       if (!worker.abandon_at)
         worker.abandon_at = Clock::now() + ReapAfterKill();
     }
-    if (worker.abandon_at && Clock::now() >= *worker.abandon_at) {
-      for (Rank& r : worker.ranks) {
-        if (!r.exit_code)
-          LeaveBehind(r);
-      }
-    }
+    if (worker.abandon_at && Clock::now() >= *worker.abandon_at)
+      LeaveBehindTheRunning(worker);
     ++it;
   }
 }
@@ -596,15 +592,19 @@ void LocalRun::Signal(pid_t pgid, int signal) {
   }
 }
 
-void LocalRun::LeaveBehind(Rank& r) {
-  Say(fmt::format(
-      "warning: rank {} (pid {}) is still there {} s after SIGKILL ({}): a process stuck in the "
-      "kernel, as on a hung filesystem or GPU driver, cannot die until the kernel lets it; "
-      "going on without it",
-      r.rank, r.pid, options_.reap_after_kill_seconds, worker::KernelState(r.pid)));
-  r.exit_code = 128 + SIGKILL;
-  r.finished_at = std::chrono::system_clock::now();
-  left_behind_.insert(r.pid);
+void LocalRun::LeaveBehindTheRunning(LocalWorker& worker) {
+  for (Rank& r : worker.ranks) {
+    if (r.exit_code)
+      continue;
+    Say(fmt::format(
+        "warning: rank {} (pid {}) is still there {} s after SIGKILL ({}): a process stuck in "
+        "the kernel, as on a hung filesystem or GPU driver, cannot die until the kernel lets it; "
+        "going on without it",
+        r.rank, r.pid, options_.reap_after_kill_seconds, worker::KernelState(r.pid)));
+    r.exit_code = 128 + SIGKILL;
+    r.finished_at = std::chrono::system_clock::now();
+    left_behind_.insert(r.pid);
+  }
 }
 
 void LocalRun::StopEverything(bool graceful) {
@@ -631,12 +631,8 @@ void LocalRun::StopEverything(bool graceful) {
     if (!running)
       break;
     if (abandon_at && Clock::now() >= *abandon_at) {
-      for (auto& [index, worker] : workers_) {
-        for (Rank& r : worker.ranks) {
-          if (!r.exit_code)
-            LeaveBehind(r);
-        }
-      }
+      for (auto& [index, worker] : workers_)
+        LeaveBehindTheRunning(worker);
       break;
     }
     if (!killed && (Clock::now() >= kill_at || g_stop_count > count_at_start)) {

@@ -515,26 +515,25 @@ class GlooProcessGroup : public ProcessGroup {
       throw CommError(error);
     }
     std::weak_ptr<Core> weak = core_;
-    auto work = std::make_shared<GlooP2PWork>(std::move(buf), is_send, what, core_->timeout,
-                                              [weak, what](const std::string& detail) {
-                                                auto c = weak.lock();
-                                                if (!c)
-                                                  return what + " failed: " + detail;
-                                                std::string broken;
-                                                {
-                                                  std::lock_guard<std::mutex> lock(c->mu);
-                                                  broken = c->broken;
-                                                }
-                                                if (!broken.empty())
-                                                  return what + " failed: " + broken;
-                                                // A failed send or recv breaks the group as a
-                                                // failed collective does (the peers' order of
-                                                // messages is lost), so the next operation fails at
-                                                // once.
-                                                std::string error = c->Explain(what, detail);
-                                                c->Break(error);
-                                                return error;
-                                              });
+    // A failed send or recv breaks the group as a failed collective does (the peers' order of
+    // messages is lost), so the next operation fails at once.
+    auto explain = [weak, what](const std::string& detail) {
+      auto c = weak.lock();
+      if (!c)
+        return what + " failed: " + detail;
+      std::string broken;
+      {
+        std::lock_guard<std::mutex> lock(c->mu);
+        broken = c->broken;
+      }
+      if (!broken.empty())
+        return what + " failed: " + broken;
+      std::string error = c->Explain(what, detail);
+      c->Break(error);
+      return error;
+    };
+    auto work =
+        std::make_shared<GlooP2PWork>(std::move(buf), is_send, what, core_->timeout, explain);
     std::lock_guard<std::mutex> lock(core_->mu);
     core_->p2p.remove_if([](auto& w) { return w.expired(); });
     core_->p2p.push_back(work);
