@@ -16,6 +16,8 @@ namespace tessera::rendezvous {
 // before any allocation.
 inline constexpr uint32_t kMaxFrameBody = 64u * 1024 * 1024 + 4096;
 inline constexpr uint32_t kMaxKeysPerFrame = 65536;
+// A kWait's timeout is capped at a week, so no deadline arithmetic overflows.
+inline constexpr int64_t kLongestWaitMs = int64_t{7} * 24 * 3600 * 1000;
 inline constexpr size_t kFrameHeaderBytes = 4;
 
 enum class RequestType : uint8_t {

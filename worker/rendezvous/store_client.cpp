@@ -202,6 +202,14 @@ Response StoreClient::Call(const Request& request, Clock::time_point deadline) {
     Connect();
   std::vector<uint8_t> out;
   EncodeRequest(request, out);
+  // The store drops a client whose frame is over the limit while it is still sending, which
+  // would read as a lost connection; say what is wrong before sending anything.
+  if (out.size() - kFrameHeaderBytes > kMaxFrameBody) {
+    throw StoreError("rendezvous store " + endpoint() + ": " + Describe(request) + " is " +
+                     std::to_string(out.size() - kFrameHeaderBytes) +
+                     " bytes, over the store's limit of " + std::to_string(kMaxFrameBody) +
+                     " bytes a request");
+  }
   const int fd = fd_.load();
   auto fail = [&](io::IoResult r) -> Response {
     CloseLocked();
@@ -268,7 +276,8 @@ std::string StoreClient::Get(const std::string& key, std::optional<milliseconds>
 
 std::vector<std::string> StoreClient::Wait(const std::vector<std::string>& keys,
                                            std::optional<milliseconds> timeout) {
-  const milliseconds t = timeout.value_or(options_.timeout);
+  const milliseconds t =
+      std::clamp(timeout.value_or(options_.timeout), milliseconds(0), milliseconds(kLongestWaitMs));
   std::lock_guard<std::mutex> lock(mu_);
   // The server answers at its own deadline; allow for the round trip on top.
   Response r = Call({RequestType::kWait, keys, "", std::nullopt, t.count()},

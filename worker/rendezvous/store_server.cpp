@@ -342,7 +342,8 @@ Response StoreServer::Handle(const Request& req, Connection& conn) {
       break;
     }
     case RequestType::kWait: {
-      const auto deadline = Clock::now() + std::chrono::milliseconds(req.number);
+      const auto deadline = Clock::now() + std::chrono::milliseconds(
+                                               std::clamp<int64_t>(req.number, 0, kLongestWaitMs));
       auto all_present = [&] {
         for (const auto& k : req.keys) {
           if (data_.find(k) == data_.end())

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <future>
+#include <limits>
 #include <thread>
 
 #include "worker/rendezvous/socket_io.h"
@@ -340,6 +341,72 @@ TEST_F(StoreTest, AFirstFrameThatIsNotAnAuthRequestIsRefused) {
       << reply.message;
   EXPECT_EQ(server_->refused_clients(), 1u);
   EXPECT_EQ(Client()->TryGet("k"), std::nullopt);
+}
+
+// A value over the frame limit is refused by the client before it sends anything, naming the
+// limit; the store would otherwise drop the connection mid-send, which reads as rank 0 gone.
+TEST_F(StoreTest, AValueOverTheFrameLimitIsRefusedNamingTheLimitAndTheClientGoesOn) {
+  auto c = Client();
+  const std::string value(kMaxFrameBody, 'x');
+  try {
+    c->Set("big", value);
+    FAIL() << "a value of " << value.size() << " bytes was set";
+  } catch (const StoreConnectionError& e) {
+    FAIL() << "reported as a lost connection: " << e.what();
+  } catch (const StoreError& e) {
+    EXPECT_NE(std::string(e.what()).find("set big is "), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("limit of " + std::to_string(kMaxFrameBody)),
+              std::string::npos)
+        << e.what();
+  }
+  c->Set("small", "v");
+  EXPECT_EQ(c->Get("small"), "v");
+  EXPECT_EQ(server_->connected_clients(), 1);
+}
+
+// A wait of "forever" (the largest duration) waits, instead of overflowing its deadline into
+// the past and timing out at once.
+TEST_F(StoreTest, AWaitWithTheLargestTimeoutWaitsForTheKey) {
+  auto reader = Client();
+  auto value = std::async(std::launch::async,
+                          [&] { return reader->Get("late", std::chrono::milliseconds::max()); });
+  EXPECT_EQ(value.wait_for(300ms), std::future_status::timeout);
+  Client()->Set("late", "here");
+  EXPECT_EQ(value.get(), "here");
+}
+
+// The same from a hand-built frame: the store caps the wait instead of overflowing.
+TEST_F(StoreTest, AHandBuiltWaitWithTheLargestTimeoutWaitsForTheKey) {
+  const int fd = RawConnect(server_->port());
+  std::vector<uint8_t> out;
+  EncodeRequest({RequestType::kAuth, {}, "right-token", std::nullopt, 0}, out);
+  EncodeRequest(
+      {RequestType::kWait, {"late"}, "", std::nullopt, std::numeric_limits<int64_t>::max()}, out);
+  ASSERT_EQ(io::SendAll(fd, out.data(), out.size(), io::Clock::now() + 5s), io::IoResult::kOk);
+  std::this_thread::sleep_for(300ms);
+  Client()->Set("late", "here");
+  // Two replies: the handshake's, then the wait's.
+  auto read_reply = [&](Response& reply) {
+    std::vector<uint8_t> frame(kFrameHeaderBytes);
+    const auto deadline = io::Clock::now() + 5s;
+    if (io::RecvAll(fd, frame.data(), kFrameHeaderBytes, deadline) != io::IoResult::kOk)
+      return false;
+    const auto len =
+        DecodeHeader(std::span<const uint8_t, kFrameHeaderBytes>(frame.data(), kFrameHeaderBytes));
+    if (!len)
+      return false;
+    frame.resize(kFrameHeaderBytes + *len);
+    return io::RecvAll(fd, frame.data() + kFrameHeaderBytes, *len, deadline) == io::IoResult::kOk &&
+           DecodeResponse(frame, reply).status == DecodeStatus::kOk;
+  };
+  Response auth;
+  Response wait;
+  ASSERT_TRUE(read_reply(auth));
+  ASSERT_TRUE(read_reply(wait)) << "no reply to the wait within 5 s";
+  ::close(fd);
+  EXPECT_EQ(wait.status, Status::kOk);
+  ASSERT_EQ(wait.keys.size(), 1u);
+  EXPECT_EQ(wait.keys[0], "here");
 }
 
 // A first frame over the size limit is refused and counted like a wrong token.
