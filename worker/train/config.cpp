@@ -220,9 +220,11 @@ Status ApplyTrainerConfigOverride(const std::string& assignment, TrainerConfig* 
   std::stringstream ks(key);
   for (std::string part; std::getline(ks, part, '.');)
     parts.push_back(part);
-  YAML::Node parsed_value;
+  // Nothing after '=' is the empty string, as in `tessera run --set` (YAML would read null).
+  YAML::Node parsed_value(std::string{});
   try {
-    parsed_value = YAML::Load(value);
+    if (!value.empty())
+      parsed_value = YAML::Load(value);
   } catch (const YAML::Exception& e) {
     return BadConfig(fmt::format("--set {}: the value is not valid YAML: {}", key, e.msg));
   }

@@ -136,6 +136,18 @@ TEST(TrainerConfig, OverridesSetNestedFields) {
   EXPECT_EQ(ApplyTrainerConfigOverride("noequals", &c).exit_code(), 2);
 }
 
+// `--set checkpoint.dir=` (nothing after '=') is the empty string, as in `tessera run --set`:
+// here it turns checkpoints off; a number field says it got '' rather than a null.
+TEST(TrainerConfig, AnEmptyOverrideValueIsTheEmptyString) {
+  TrainerConfig c;
+  c.checkpoint.dir = "/ckpt";
+  const Status st = ApplyTrainerConfigOverride("checkpoint.dir=", &c);
+  ASSERT_TRUE(st.ok()) << st.message();
+  EXPECT_EQ(c.checkpoint.dir, "");
+  EXPECT_EQ(ApplyTrainerConfigOverride("seed=", &c).message(),
+            "--set seed: seed: expected a non-negative integer, got ''");
+}
+
 // A refused override names itself: the key as given, then the problem.
 TEST(TrainerConfig, OverrideErrorsNameTheAssignment) {
   TrainerConfig c;
