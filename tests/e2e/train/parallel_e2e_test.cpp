@@ -230,6 +230,20 @@ class ParallelTest : public ::testing::Test {
     return losses;
   }
 
+  // The gradient norms rank 0 logged (`step N/S loss … grad_norm G …`), by step.
+  static std::map<int64_t, double> GradNorms(const std::string& log) {
+    std::map<int64_t, double> norms;
+    std::istringstream lines(log);
+    for (std::string line; std::getline(lines, line);) {
+      const auto at = line.find("] step ");
+      const auto norm = line.find(" grad_norm ");
+      if (at == std::string::npos || norm == std::string::npos)
+        continue;
+      norms[std::stoll(line.substr(at + 7))] = std::stod(line.substr(norm + 11));
+    }
+    return norms;
+  }
+
   // Trains `steps` steps with one rank and with `layout`, a checkpoint every step, and
   // compares the curves (relative difference below `tolerance` at every step). Returns the
   // layout's losses.
@@ -269,6 +283,20 @@ class ParallelTest : public ::testing::Test {
           .get<double>();
     };
     EXPECT_NEAR(val_loss(name), val_loss("one"), tolerance * val_loss("one"));
+    // The gradient norm counts each gradient value once, however the ranks hold it (the same
+    // reduced gradient on every data rank, ZeRO-1 shards, stages, tensor slices).
+    const auto reference_norms = GradNorms(ReadFile(dir_ / "one-rank0.log"));
+    const auto norms = GradNorms(ReadFile(dir_ / (name + "-rank0.log")));
+    EXPECT_GE(reference_norms.size(), 3u);
+    EXPECT_EQ(norms.size(), reference_norms.size());
+    for (const auto& [step, norm] : reference_norms) {
+      // Logged with 3 decimals.
+      const auto it = norms.find(step);
+      EXPECT_TRUE(it != norms.end()) << "no grad_norm logged at step " << step;
+      if (it != norms.end()) {
+        EXPECT_NEAR(it->second, norm, 1e-3 + 1e-4 * norm) << "step " << step;
+      }
+    }
     std::printf("%s (%d ranks): largest relative loss difference over %d steps %.3g\n",
                 name.c_str(), layout.ranks(), steps, worst);
 
@@ -437,6 +465,29 @@ TEST_F(ParallelTest, SignalToOneRankStopsTheGangAtOneStep) {
       << ranks[1]->log();
   EXPECT_NE(ranks[0]->log().find("stopped at step " + step + " of 100000"), std::string::npos)
       << ranks[0]->log();
+}
+
+// Three data ranks split the validation windows 1162, 1162, 1161 (3485 in the corpus's tail,
+// fewer than evalBatches × global): every window is evaluated once, as with one rank.
+TEST_F(ParallelTest, ThreeDataRanksEvaluateEveryValidationWindow) {
+  const auto write = [&](const std::string& name) {
+    const fs::path path = WriteConfig(name, 2, 0, 1, 18);
+    std::string text = ReadFile(path);
+    const auto at = text.find("evalBatches: 1}");
+    EXPECT_NE(at, std::string::npos) << text;
+    text.replace(at, std::string("evalBatches: 1}").size(), "evalBatches: 200}");
+    std::ofstream(path) << text;
+    return path;
+  };
+  ASSERT_NO_FATAL_FAILURE(RunToEnd(write("one"), {}, "one"));
+  ASSERT_NO_FATAL_FAILURE(RunToEnd(write("three"), {.data = 3}, "three"));
+  const auto val_loss = [&](const std::string& run) {
+    return nlohmann::json::parse(ReadFile(dir_ / run / "ckpt" / "step-2" / "meta.json"))
+        .at("valLoss")
+        .get<double>();
+  };
+  // Leaving out two windows of 3485 moves the mean by about 6e-4 of itself.
+  EXPECT_NEAR(val_loss("three"), val_loss("one"), 1e-5 * val_loss("one"));
 }
 
 // A checkpoint of data-parallel ranks with sharded AdamW state does not resume with another
