@@ -23,7 +23,8 @@
 # Environment: VARIANTS ("matmul flash flash-mma flash-mma2 flash-mma+gelu flash-mma+gelu+tune
 # flash-mma2+gelu+tune": the configurations to time, an attention and optional +gelu / +tune
 # each, the first for the ratio; ATTENTIONS, its older name, is read when VARIANTS is unset), BATCH (16), STEPS (20),
-# WARMUP (3), PEAK_TFLOPS (989, dense bf16 of an H100/H200 SXM), BUDGET_S (470: the whole
+# WARMUP (3), PEAK_TFLOPS (the dense bf16 peak in TFLOP/s for MFU; by default from the GPU's
+# name: 989 for an H100 SXM or H200, 835 H100 NVL, 756 H100 PCIe, 312 A100), BUDGET_S (470: the whole
 # run's deadline), BUNDLE (path of the bundle),
 # BIN_DIR (use these binaries instead), PYTHON (python3), JOBS (nproc), NCU (Nsight Compute's
 # ncu: on PATH, else the newest under /opt/nvidia/nsight-compute), SKIP_TESTS=1,
@@ -42,7 +43,7 @@ deadline=$((SECONDS + ${BUDGET_S:-470}))
 batch=${BATCH:-16}
 steps=${STEPS:-20}
 warmup=${WARMUP:-3}
-peak=${PEAK_TFLOPS:-989}
+peak=${PEAK_TFLOPS:-}  # from the GPU name below when unset
 python=${PYTHON:-python3}
 jobs=${JOBS:-$(nproc)}
 orig_ld=${LD_LIBRARY_PATH:-}  # PyTorch runs with the machine's own libraries
@@ -100,6 +101,15 @@ if [[ -z "$gpu_name" ]]; then
   exit 3
 fi
 say "gpu: $gpu_name"
+if [[ -z "$peak" ]]; then
+  case "$gpu_name" in
+    *H100*PCIe*) peak=756 ;;
+    *H100*NVL*) peak=835 ;;
+    *A100*) peak=312 ;;
+    *) peak=989 ;;  # H100 SXM, H200
+  esac
+fi
+say "peak: $peak TFLOP/s dense bf16 (PEAK_TFLOPS to change it), for MFU"
 command -v nvcc >/dev/null 2>&1 && say "nvcc: $(nvcc --version | tail -2 | head -1)"
 
 # ---- 1. binaries ----------------------------------------------------------------------
