@@ -386,12 +386,31 @@ void CheckDocumentsAdvance(const std::string& text) {
 
 }  // namespace
 
+namespace {
+
+// Reads `in` to its end or to one byte past kMaxJobFileBytes, whichever comes first, so an
+// endless input (/dev/zero, a stream that never ends) is refused instead of read forever.
+bool ReadAtMost(std::istream& in, std::string* text) {
+  char chunk[64 * 1024];
+  while (text->size() <= kMaxJobFileBytes &&
+         in.read(chunk, static_cast<std::streamsize>(sizeof(chunk))).gcount() > 0) {
+    text->append(chunk, static_cast<size_t>(in.gcount()));
+  }
+  return text->size() <= kMaxJobFileBytes;
+}
+
+const std::string kTooLarge = "larger than " + std::to_string(kMaxJobFileBytes >> 20) +
+                              " MiB; a job file is a few KiB (is this the right file?)";
+
+}  // namespace
+
 FileText ReadJobFile(const std::string& path) {
   FileText out;
-  std::stringstream text;
   if (path == "-") {
-    text << std::cin.rdbuf();
-    out.text = text.str();
+    if (!ReadAtMost(std::cin, &out.text)) {
+      out.text.clear();
+      out.error = kTooLarge;
+    }
     return out;
   }
   std::error_code ec;
@@ -404,12 +423,14 @@ FileText ReadJobFile(const std::string& path) {
     out.error = std::string("cannot read the file: ") + std::strerror(errno);
     return out;
   }
-  text << in.rdbuf();
+  const bool fits = ReadAtMost(in, &out.text);
   if (in.bad()) {
+    out.text.clear();
     out.error = std::string("cannot read the file: ") + std::strerror(errno);
-    return out;
+  } else if (!fits) {
+    out.text.clear();
+    out.error = kTooLarge;
   }
-  out.text = text.str();
   return out;
 }
 

@@ -3,6 +3,7 @@
 // does not apply computed defaults or cross-field rules (api/validate.h does).
 #pragma once
 
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <vector>
@@ -32,6 +33,8 @@ struct FileText {
   std::string error;
   bool ok() const { return error.empty(); }
 };
+// A job file over kMaxJobFileBytes is refused ("larger than 16 MiB; ...").
+inline constexpr size_t kMaxJobFileBytes = size_t{16} << 20;
 FileText ReadJobFile(const std::string& path);
 
 struct DecodeResult {

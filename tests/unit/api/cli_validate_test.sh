@@ -49,6 +49,16 @@ grep -qx "$tmp/missing.yaml: cannot read the file: No such file or directory" "$
 expect_rc 2 "$tessera" validate "$tmp"
 grep -qx "$tmp: is a directory; name a YAML file" "$tmp/out" || fail "no directory line: $(cat "$tmp/out")"
 
+# An endless input is refused at 16 MiB, not read forever (a file and standard input).
+expect_rc 2 timeout 60 "$tessera" validate /dev/zero
+grep -qx "/dev/zero: larger than 16 MiB; a job file is a few KiB (is this the right file?)" "$tmp/out" ||
+  fail "no size line: $(cat "$tmp/out")"
+rc=0
+timeout 60 "$tessera" validate - </dev/zero >"$tmp/out" 2>&1 || rc=$?
+[ "$rc" = 2 ] || fail "validate - </dev/zero exited $rc: $(cat "$tmp/out")"
+grep -qx -- "-: larger than 16 MiB; a job file is a few KiB (is this the right file?)" "$tmp/out" ||
+  fail "no size line for stdin: $(cat "$tmp/out")"
+
 # `-` reads standard input, as kubectl's -f - does.
 rc=0
 "$tessera" validate - <"$tmp/bad.yaml" >"$tmp/out" 2>&1 || rc=$?

@@ -2,6 +2,7 @@
 // train::TrainerConfigFromJob (with its YAML round trip).
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -308,6 +309,28 @@ TEST_F(LoadTrainerConfigOrJob, EachProblemIsOneLineNamingTheFileAndField) {
   const train::Status directory = train::LoadTrainerConfigOrJob(::testing::TempDir(), &config);
   EXPECT_EQ(directory.exit_code(), 2);
   EXPECT_EQ(directory.message(), ::testing::TempDir() + ": is a directory; name a YAML file");
+  // An endless file is refused at the size limit instead of read until memory runs out.
+  const train::Status endless = train::LoadTrainerConfigOrJob("/dev/zero", &config);
+  EXPECT_EQ(endless.exit_code(), 2);
+  EXPECT_EQ(endless.message(),
+            "/dev/zero: larger than 16 MiB; a job file is a few KiB (is this the right file?)");
+}
+
+// A file of exactly the limit is read (and then judged as YAML); one byte more is refused.
+TEST(ReadJobFile, TheSizeLimitIsInclusive) {
+  const std::string path = ::testing::TempDir() + "/limit.yaml";
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << "# " << std::string(api::kMaxJobFileBytes - 3, 'x') << "\n";
+  }
+  api::FileText at = api::ReadJobFile(path);
+  EXPECT_TRUE(at.ok()) << at.error;
+  EXPECT_EQ(at.text.size(), api::kMaxJobFileBytes);
+  std::ofstream(path, std::ios::binary | std::ios::app) << "\n";
+  const api::FileText over = api::ReadJobFile(path);
+  EXPECT_FALSE(over.ok());
+  EXPECT_TRUE(over.text.empty());
+  std::remove(path.c_str());
 }
 
 }  // namespace
