@@ -11,13 +11,23 @@
 namespace tessera::k8s {
 namespace {
 
+// A kubeconfig, certificate or token file is a few KiB; one over 16 MiB (/dev/zero, the wrong
+// file) is not read to its end.
+constexpr size_t kMaxConfigFileBytes = size_t{16} << 20;
+
 std::optional<std::string> ReadFile(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in)
     return std::nullopt;
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
+  std::string out;
+  char chunk[64 * 1024];
+  while (out.size() <= kMaxConfigFileBytes &&
+         in.read(chunk, static_cast<std::streamsize>(sizeof(chunk))).gcount() > 0) {
+    out.append(chunk, static_cast<size_t>(in.gcount()));
+  }
+  if (in.bad() || out.size() > kMaxConfigFileBytes)
+    return std::nullopt;
+  return out;
 }
 
 std::string Trim(std::string s) {
@@ -247,7 +257,8 @@ Result<ClientConfig, std::string> LoadKubeconfig(const std::filesystem::path& pa
                                                  const std::string& context) {
   auto content = ReadFile(path);
   if (!content)
-    return "cannot read kubeconfig " + path.string() + "; check --kubeconfig";
+    return "cannot read kubeconfig " + path.string() +
+           " (missing, unreadable or over 16 MiB); check --kubeconfig";
   return ParseKubeconfig(*content, path.parent_path(), context, path.string());
 }
 

@@ -203,6 +203,18 @@ TEST(K8sKubeconfigTest, LoadFromFileNamesMissingFile) {
   EXPECT_NE(config.error().find("/nonexistent/kubeconfig"), std::string::npos);
 }
 
+// An endless file is refused at 16 MiB rather than read until memory runs out.
+TEST(K8sKubeconfigTest, AnEndlessFileIsRefusedNamingIt) {
+  auto config = LoadKubeconfig("/dev/zero");
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.error(),
+            "cannot read kubeconfig /dev/zero (missing, unreadable or over 16 MiB); check "
+            "--kubeconfig");
+  auto token = TokenSource::FromFile("/dev/zero");
+  ASSERT_FALSE(token.ok());
+  EXPECT_EQ(token.error(), "cannot read token file /dev/zero");
+}
+
 TEST(K8sBase64Test, DecodesStandardAlphabetAndRejectsGarbage) {
   struct Case {
     std::string in;
