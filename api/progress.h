@@ -4,6 +4,8 @@
 // agree on every field and on what a reader refuses.
 #pragma once
 
+#include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -34,5 +36,16 @@ std::string EncodeProgress(const ProgressDocument& progress);
 std::optional<ProgressDocument> DecodeProgress(const nlohmann::json& body);
 // The same from the document's text (not JSON: nullopt).
 std::optional<ProgressDocument> DecodeProgressJson(std::string_view text);
+
+// A whole answer to GET /progress is at most this long (a document is a few hundred bytes).
+inline constexpr size_t kMaxProgressResponseBytes = size_t{1} << 20;
+
+// GETs http://host:port/progress, `host` an IPv4 or IPv6 literal (a pod IP; no name lookup),
+// within `timeout` in all: the body of a whole 200 answer, or nullopt (nothing answered in
+// time, another status, an answer over kMaxProgressResponseBytes or still coming at the
+// deadline). Serving /progress is the user's code in a pod; this bounds what it can cost the
+// reader. Blocking; thread-safe.
+std::optional<std::string> FetchProgressBody(const std::string& host, int port,
+                                             std::chrono::milliseconds timeout);
 
 }  // namespace tessera::api

@@ -7,28 +7,20 @@
 #include <vector>
 
 #include "api/progress.h"
-#include "controller/k8s/transport_cpprest.h"
 
 namespace tessera::reconcile {
 namespace {
 
+// A plain HTTP/1.0 GET with a deadline for the whole read and a size limit (the pod serving
+// /progress runs the user's code), not the API server's transport.
 class HttpProgressReader final : public ProgressReader {
  public:
   std::optional<nlohmann::json> Read(const std::string& host, int port,
                                      std::chrono::milliseconds timeout) override {
-    k8s::ClientConfig config;
-    const bool v6 = host.find(':') != std::string::npos;
-    config.server = "http://" + (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
-    auto transport = k8s::NewCpprestTransport(config);
-    if (!transport.ok())
+    const auto text = api::FetchProgressBody(host, port, timeout);
+    if (!text)
       return std::nullopt;
-    k8s::HttpRequest request;
-    request.path = "/progress";
-    request.timeout = timeout;
-    auto response = (*transport)->Send(request);
-    if (!response.ok() || response->status != 200)
-      return std::nullopt;
-    auto body = nlohmann::json::parse(response->body, nullptr, /*allow_exceptions=*/false);
+    auto body = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
     if (body.is_discarded())
       return std::nullopt;
     return body;

@@ -42,7 +42,8 @@ class ProgressReader {
                                              std::chrono::milliseconds timeout) = 0;
 };
 
-// A reader over HTTP through the transport seam (controller/k8s/transport_cpprest.h).
+// A reader over plain HTTP (api::FetchProgressBody): the timeout bounds the whole read, and
+// an answer over 1 MiB is refused, whatever the pod serves.
 std::unique_ptr<ProgressReader> NewHttpProgressReader();
 
 enum class ProgressPolling {
