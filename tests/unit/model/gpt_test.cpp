@@ -4,12 +4,14 @@
 #include "worker/model/gpt.h"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <cstring>
 #include <numeric>
 #include <random>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include "worker/model/cpu/gpt_cpu.h"
@@ -45,6 +47,7 @@ TEST(ModelConfigTest, Validation) {
   const Case cases[] = {
       {{2, 64, 4, 64, 256}, ""},
       {{0, 64, 4, 64, 256}, "model.layers: must be positive, got 0"},
+      {{2, 0, 4, 64, 256}, "model.dModel: must be positive, got 0"},
       {{2, 64, 5, 64, 256}, "model.heads: 5 does not divide dModel 64"},
       {{2, 64, 0, 64, 256}, "model.heads: must be positive, got 0"},
       {{2, 64, 4, -1, 256}, "model.seqLen: must be positive, got -1"},
@@ -355,6 +358,232 @@ TEST(ModelGptTest, RefusesBadInput) {
   ids[5] = 32;
   EXPECT_THROW(gpt.Forward(ids, {}, 2, 8), std::out_of_range);
   EXPECT_THROW(gpt.Backward(), std::logic_error);
+}
+
+// Every preset of docs/model.md, with its parameter count.
+TEST(ModelConfigTest, EveryPresetHasTheDocumentedShapeAndParameterCount) {
+  struct Case {
+    const char* name;
+    GptConfig config;
+    int64_t parameters;
+  };
+  const Case cases[] = {
+      {"gpt2-124m", {12, 768, 12, 1024, 50257}, 124439808},
+      {"gpt2-350m", {24, 1024, 16, 1024, 50257}, 354823168},
+      {"gpt2-774m", {36, 1280, 20, 1024, 50257}, 774030080},
+      {"gpt2-1558m", {48, 1600, 25, 1024, 50257}, 1557611200},
+  };
+  for (const Case& c : cases) {
+    GptConfig got;
+    ASSERT_TRUE(GptPreset(c.name, &got)) << c.name;
+    EXPECT_EQ(got.layers, c.config.layers) << c.name;
+    EXPECT_EQ(got.d_model, c.config.d_model) << c.name;
+    EXPECT_EQ(got.heads, c.config.heads) << c.name;
+    EXPECT_EQ(got.seq_len, c.config.seq_len) << c.name;
+    EXPECT_EQ(got.vocab, c.config.vocab) << c.name;
+    EXPECT_EQ(GptParameterCount(got), c.parameters) << c.name;
+    EXPECT_EQ(ValidateGptConfig(got), "") << c.name;
+  }
+}
+
+TEST(ModelConfigTest, ShardValidationRefusesLayersAndTensorRanksOutOfRange) {
+  const GptConfig c{4, 64, 4, 64, 256};
+  struct Case {
+    GptShard shard;
+    std::string error;
+  };
+  const Case cases[] = {
+      {{}, ""},
+      {{.first_layer = 2, .end_layer = 2}, ""},  // a stage without blocks
+      {{.first_layer = 0, .end_layer = 4, .tensor_rank = 3, .tensor_size = 4}, ""},
+      {{.first_layer = -1}, "model shard: layers [-1, 4) are not within the model's 4"},
+      {{.first_layer = 0, .end_layer = 5},
+       "model shard: layers [0, 5) are not within the model's 4"},
+      {{.first_layer = 3, .end_layer = 2},
+       "model shard: layers [3, 2) are not within the model's 4"},
+      {{.tensor_size = 0}, "parallelism.tensor: 0 does not divide model.heads 4"},
+      {{.tensor_size = 3}, "parallelism.tensor: 3 does not divide model.heads 4"},
+      {{.tensor_rank = 2, .tensor_size = 2}, "model shard: tensor rank 2 not in [0, 2)"},
+      {{.tensor_rank = -1, .tensor_size = 2}, "model shard: tensor rank -1 not in [0, 2)"},
+  };
+  for (const Case& k : cases) {
+    EXPECT_EQ(ValidateGptShard(c, k.shard), k.error)
+        << "layers [" << k.shard.first_layer << ", " << k.shard.end_layer << ") tensor "
+        << k.shard.tensor_rank << "/" << k.shard.tensor_size;
+  }
+}
+
+// The generator is part of the contract: the same seed gives the same initial model in every
+// version (and GptCuda copies these values bit for bit), so a run can be reproduced.
+TEST(ModelGptTest, InitialValuesOfASeedArePinned) {
+  const GptConfig c{2, 32, 4, 16, 64};
+  Gpt gpt(c);
+  gpt.InitParameters(7);
+  const std::vector<ParameterTensor> tensors = GptParameterTensors(c);
+  struct Pin {
+    int tensor;
+    int64_t index;
+    float value;
+  };
+  const Pin pins[] = {
+      {0, 0, -0.00498778606f},      // wte
+      {0, 1, 0.0187297724f},        // wte, the second value of the first Box-Muller pair
+      {0, 2047, 0.00541336602f},    // wte, last
+      {1, 3, -0.00377751142f},      // wpe
+      {6, 5, 0.0047453451f},        // h0.attn.proj.weight
+      {22, 1001, 0.0118903797f},    // h1.mlp.fc.weight
+      {24, 4095, 0.000321142608f},  // h1.mlp.proj.weight, last
+  };
+  for (const Pin& p : pins) {
+    EXPECT_NEAR(gpt.parameters()[tensors[p.tensor].offset + p.index], p.value,
+                1e-6f * std::abs(p.value))
+        << tensors[p.tensor].name << "[" << p.index << "]";
+  }
+}
+
+// Forward and Backward refuse what a caller can get wrong (shapes, ids, slots, a second
+// Backward of one Forward) with the exception the header names.
+TEST(ModelGptTest, RefusesBadShapesIdsAndCallOrder) {
+  const GptConfig c{1, 16, 2, 8, 32};
+  Gpt gpt(c);
+  gpt.InitParameters(3);
+  const std::vector<int32_t> ids(2 * 8, 1);
+  EXPECT_THROW(gpt.Forward({}, {}, 0, 8), std::invalid_argument);  // B = 0
+  EXPECT_THROW(gpt.Forward(ids, std::vector<int32_t>(15, 1), 2, 8), std::invalid_argument);
+  std::vector<int32_t> bad = ids;
+  bad[3] = -1;
+  EXPECT_THROW(gpt.Forward(bad, ids, 2, 8), std::out_of_range);  // negative token
+  EXPECT_THROW(gpt.Forward(ids, bad, 2, 8), std::out_of_range);  // negative target
+  bad[3] = 32;
+  EXPECT_THROW(gpt.Forward(ids, bad, 2, 8), std::out_of_range);  // target == vocab
+  EXPECT_THROW(gpt.Forward(ids, ids, 2, 8, -1), std::invalid_argument);
+
+  gpt.Forward(ids, ids, 2, 8);
+  EXPECT_THROW(gpt.logits(1), std::logic_error);  // a slot never used
+  gpt.Backward();
+  EXPECT_THROW(gpt.Backward(), std::logic_error);  // Backward already ran on that Forward
+
+  // A middle stage: its input and output gradient must hold B*T*dModel values, no more.
+  Gpt middle(c, GptShard{.embedding = false, .head = false});
+  middle.InitParameters(3);
+  const std::vector<float> input(2 * 8 * 16, 0.5f), too_long(2 * 8 * 16 + 1, 0.5f);
+  EXPECT_THROW(middle.Forward({}, {}, 2, 8, 0, too_long), std::invalid_argument);
+  middle.Forward({}, {}, 2, 8, 0, input);
+  EXPECT_THROW(middle.Backward(1.0f, {}, 0, too_long), std::invalid_argument);
+  middle.Backward(1.0f, {}, 0, input);
+  EXPECT_EQ(middle.input_gradient().size(), input.size());
+  EXPECT_EQ(middle.output().size(), input.size());
+}
+
+// Activation buffers are kept between calls and resized when B or T changes: a model that
+// ran other shapes before computes what a fresh one does.
+TEST(ModelGptTest, ChangingBatchShapeGivesWhatAFreshModelGives) {
+  const GptConfig c{2, 16, 2, 8, 32};
+  Gpt used(c);
+  used.InitParameters(3);
+  for (const auto& [B, T] : {std::pair{2, 8}, {2, 5}, {3, 5}, {3, 8}}) {
+    const std::vector<int32_t> tokens = RandomIds(B * T, c.vocab, 10 + B * T);
+    const std::vector<int32_t> targets = RandomIds(B * T, c.vocab, 20 + B * T);
+    Gpt fresh(c);
+    fresh.InitParameters(3);
+    fresh.ZeroGradients();
+    used.ZeroGradients();
+    EXPECT_EQ(used.Forward(tokens, targets, B, T), fresh.Forward(tokens, targets, B, T))
+        << "B " << B << " T " << T;
+    used.Backward();
+    fresh.Backward();
+    EXPECT_EQ(0, std::memcmp(used.gradients().data(), fresh.gradients().data(),
+                             used.gradients().size_bytes()))
+        << "B " << B << " T " << T;
+  }
+}
+
+// Every activation slot counts in activation_bytes (a pipeline stage keeps several).
+TEST(ModelGptTest, ActivationBytesSumOverSlots) {
+  const GptConfig c{2, 16, 2, 8, 32};
+  Gpt gpt(c);
+  gpt.InitParameters(3);
+  const std::vector<int32_t> ids = RandomIds(2 * 8, c.vocab, 1);
+  gpt.Forward(ids, ids, 2, 8, 0);
+  const std::span<const int32_t> half(ids.data(), 8);
+  gpt.Forward(half, half, 1, 8, 2);  // slot 1 is created too, empty
+  EXPECT_EQ(gpt.activation_bytes(), cpu::GptActivations<float>::BytesFor(c, 2, 8) +
+                                        cpu::GptActivations<float>::BytesFor(c, 1, 8));
+}
+
+TEST(ModelGptTest, KernelThreadsBelowOneMeanOne) {
+  const int saved = omp_get_max_threads();
+  SetKernelThreads(0);
+  EXPECT_EQ(omp_get_max_threads(), 1);
+  SetKernelThreads(saved);
+}
+
+// Megatron slicing of one block for rank 1 of 2 (C = 8, so Ct = 4): q, k and v by head rows,
+// the first MLP matrix by rows, both output projections by input columns; everything else
+// replicated (the trainer counts a replicated gradient once in the global norm).
+TEST(ModelConfigTest, TensorShardSlicesEachBlockMegatronStyle) {
+  const GptConfig c{1, 8, 2, 4, 10};
+  using Rows = std::vector<std::pair<int64_t, int64_t>>;
+  struct Want {
+    std::string name;
+    int64_t whole_rows, whole_cols;
+    Rows rows;
+    int64_t col_begin, col_end;
+    bool replicated;
+  };
+  const Want want[] = {
+      {"wte", 10, 8, {{0, 10}}, 0, 8, true},
+      {"wpe", 4, 8, {{0, 4}}, 0, 8, true},
+      {"h0.ln1.weight", 8, 1, {{0, 8}}, 0, 1, true},
+      {"h0.ln1.bias", 8, 1, {{0, 8}}, 0, 1, true},
+      {"h0.attn.qkv.weight", 24, 8, {{4, 8}, {12, 16}, {20, 24}}, 0, 8, false},
+      {"h0.attn.qkv.bias", 24, 1, {{4, 8}, {12, 16}, {20, 24}}, 0, 1, false},
+      {"h0.attn.proj.weight", 8, 8, {{0, 8}}, 4, 8, false},
+      {"h0.attn.proj.bias", 8, 1, {{0, 8}}, 0, 1, true},
+      {"h0.ln2.weight", 8, 1, {{0, 8}}, 0, 1, true},
+      {"h0.ln2.bias", 8, 1, {{0, 8}}, 0, 1, true},
+      {"h0.mlp.fc.weight", 32, 8, {{16, 32}}, 0, 8, false},
+      {"h0.mlp.fc.bias", 32, 1, {{16, 32}}, 0, 1, false},
+      {"h0.mlp.proj.weight", 8, 32, {{0, 8}}, 16, 32, false},
+      {"h0.mlp.proj.bias", 8, 1, {{0, 8}}, 0, 1, true},
+      {"lnf.weight", 8, 1, {{0, 8}}, 0, 1, true},
+      {"lnf.bias", 8, 1, {{0, 8}}, 0, 1, true},
+  };
+  const std::vector<ShardTensor> got = GptShardTensors(c, {.tensor_rank = 1, .tensor_size = 2});
+  ASSERT_EQ(got.size(), std::size(want));
+  int64_t offset = 0;
+  for (size_t i = 0; i < got.size(); i++) {
+    const ShardTensor& t = got[i];
+    const Want& w = want[i];
+    EXPECT_EQ(t.local.name, w.name);
+    EXPECT_EQ(t.whole_index, static_cast<int>(i)) << w.name;
+    EXPECT_EQ(t.whole_rows, w.whole_rows) << w.name;
+    EXPECT_EQ(t.whole_cols, w.whole_cols) << w.name;
+    EXPECT_EQ(t.row_ranges, w.rows) << w.name;
+    EXPECT_EQ(t.col_begin, w.col_begin) << w.name;
+    EXPECT_EQ(t.col_end, w.col_end) << w.name;
+    EXPECT_EQ(t.replicated, w.replicated) << w.name;
+    int64_t rows = 0;
+    for (const auto& [b, e] : w.rows)
+      rows += e - b;
+    EXPECT_EQ(t.local.offset, offset) << w.name;
+    EXPECT_EQ(t.local.size, rows * (w.col_end - w.col_begin)) << w.name;
+    offset += t.local.size;
+  }
+}
+
+// One position: the loss is that position's cross-entropy, logsumexp(logits) - logit[target].
+TEST(ModelGptTest, LossOfASinglePositionIsItsCrossEntropy) {
+  const GptConfig c{1, 16, 2, 8, 32};
+  Gpt gpt(c);
+  gpt.InitParameters(3);
+  const std::vector<int32_t> token = {5}, target = {31};
+  const float loss = gpt.Forward(token, target, 1, 1);
+  double sum = 0;
+  for (float l : gpt.logits())
+    sum += std::exp(static_cast<double>(l));
+  EXPECT_NEAR(loss, std::log(sum) - gpt.logits()[31], 1e-5);
+  EXPECT_GT(loss, 0.0f);
 }
 
 }  // namespace

@@ -381,6 +381,36 @@ TEST(ShardedGpt, TensorShardsComputeTheWholeModel) {
   }
 }
 
+// The same with every parameter perturbed away from its init, biases and layer-norm gains
+// included (at init the biases are 0, so a bias added by every tensor rank instead of once
+// would go unnoticed above).
+TEST(ShardedGpt, TensorShardsWithNonZeroBiasesComputeTheWholeModel) {
+  model::Gpt whole(kConfig);
+  whole.InitParameters(5);
+  std::mt19937_64 rng(9);
+  std::normal_distribution<float> noise(0.0f, 0.05f);
+  for (float& x : whole.parameters())
+    x += noise(rng);
+  const std::vector<int32_t> tokens = Ids(kB * kT, 10), targets = Ids(kB * kT, 100);
+  whole.ZeroGradients();
+  const float want_loss = whole.Forward(tokens, targets, kB, kT);
+  whole.Backward();
+  const std::vector<float> want_grads(whole.gradients().begin(), whole.gradients().end());
+  const std::vector<model::ParameterTensor> tensors = model::GptParameterTensors(kConfig);
+  OnGroup(2, [&](int r, std::shared_ptr<comm::ProcessGroup> group) {
+    model::Gpt gpt(kConfig, {.tensor_rank = r, .tensor_size = 2}, MakeTensorSum(group, nullptr));
+    for (const model::ShardTensor& t : gpt.tensors()) {
+      const model::ParameterTensor& w = tensors[t.whole_index];
+      model::CopyFromWhole(t, whole.parameters().subspan(w.offset, w.size),
+                           gpt.parameters().subspan(t.local.offset, t.local.size));
+    }
+    gpt.ZeroGradients();
+    EXPECT_NEAR(gpt.Forward(tokens, targets, kB, kT), want_loss, 1e-5 * want_loss) << "rank " << r;
+    gpt.Backward();
+    ExpectGradientsMatch(gpt, gpt.gradients(), want_grads, 1e-4, "rank " + std::to_string(r));
+  });
+}
+
 // The sum every tensor-parallel rank gets, and what it costs, counted per call.
 TEST(TensorSum, SumsOverTheGroupAndCountsEveryCall) {
   OnGroup(3, [&](int r, std::shared_ptr<comm::ProcessGroup> group) {
