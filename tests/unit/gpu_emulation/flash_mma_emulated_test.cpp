@@ -25,21 +25,45 @@ using warp_emu::test::RandomBf16Values;
 using warp_emu::test::ToBits;
 using warp_emu::test::ToFloats;
 
+// Elements past the end of each output that no kernel may write (on a device such a write lands
+// in a neighbouring allocation, or in a row another block owns).
+constexpr size_t kGuard = 512;           // past the last row: a whole row of 3C (C <= 128 here)
+constexpr Bf16Bits kGuardBits = 0x7fbf;  // a bf16 NaN the kernels never produce
+constexpr float kGuardFloat = 12345.0f;
+
+template <class T>
+bool GuardIntact(const std::vector<T>& values, T guard) {
+  return std::all_of(values.end() - kGuard, values.end(), [guard](T v) { return v == guard; });
+}
+
 // The kernels of one set: kMma (kRowTiles 1, dQ by atomics in the dK/dV kernel) or kMma2
-// (kRowTiles 2, dQ by FlashMmaDqKernel).
+// (kRowTiles 2, dQ by FlashMmaDqKernel). With opposed_keys, q is drawn with standard deviation 6
+// and each key is the negation of its own position's query: every score of row 0 (its only
+// key is its own) and each diagonal score lie far below zero (about -200).
 template <int HS, int kRowTiles = 1, bool kSplitDq = false>
-void CheckAgainstCpu(int B, int T, int NH, uint64_t seed) {
+void CheckAgainstCpu(int B, int T, int NH, uint64_t seed, bool opposed_keys = false) {
   const int C = NH * HS;
   const size_t N = static_cast<size_t>(B) * T;
   const size_t rows = static_cast<size_t>(B) * NH * T;
-  const std::vector<float> qkv = RandomBf16Values(N * 3 * C, seed);
+  std::vector<float> qkv = RandomBf16Values(N * 3 * C, seed);
+  if (opposed_keys) {
+    for (size_t n = 0; n < N; n++) {
+      for (int c = 0; c < C; c++) {
+        float& q = qkv[n * 3 * C + c];
+        q = warp::Bf16ToFloat(warp::FloatToBf16(6.0f * q));
+        qkv[n * 3 * C + C + c] = -q;
+      }
+    }
+  }
   const std::vector<float> dout = RandomBf16Values(N * C, seed + 1);
   const std::vector<Bf16Bits> qkv_bits = ToBits(qkv);
   const std::vector<Bf16Bits> dout_bits = ToBits(dout);
 
   // Forward.
-  std::vector<Bf16Bits> out_bits(N * C, 0xffff);
-  std::vector<float> lse(rows, NAN);
+  std::vector<Bf16Bits> out_bits(N * C + kGuard, 0xffff);
+  std::fill(out_bits.end() - kGuard, out_bits.end(), kGuardBits);
+  std::vector<float> lse(rows + kGuard, NAN);
+  std::fill(lse.end() - kGuard, lse.end(), kGuardFloat);
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   warp_emu::LaunchConfig forward;
   forward.grid_x = static_cast<unsigned>((T + kForwardQueries - 1) / kForwardQueries);
@@ -61,8 +85,11 @@ void CheckAgainstCpu(int B, int T, int NH, uint64_t seed) {
   warp_emu::Launch(delta_launch, [&] {
     FlashDeltaKernel(delta.data(), dout_bits.data(), out_bits.data(), B, T, NH, HS);
   });
-  std::vector<float> dq_accum(N * C, 0.0f);
-  std::vector<Bf16Bits> dinp_bits(N * 3 * C, 0xffff);
+  // dq_accum's guard is -0.0: even an atomic add of zero past its end turns one into +0.
+  std::vector<float> dq_accum(N * C + kGuard, -0.0f);
+  std::fill(dq_accum.begin(), dq_accum.end() - kGuard, 0.0f);
+  std::vector<Bf16Bits> dinp_bits(N * 3 * C + kGuard, 0xffff);
+  std::fill(dinp_bits.end() - kGuard, dinp_bits.end(), kGuardBits);
   warp_emu::LaunchConfig backward;
   backward.grid_x = static_cast<unsigned>((T + kBackwardKeys - 1) / kBackwardKeys);
   backward.grid_y = static_cast<unsigned>(B * NH);
@@ -119,6 +146,15 @@ void CheckAgainstCpu(int B, int T, int NH, uint64_t seed) {
     }
   }
 
+  EXPECT_TRUE(GuardIntact(out_bits, kGuardBits)) << "out";
+  EXPECT_TRUE(GuardIntact(lse, kGuardFloat)) << "lse";
+  EXPECT_TRUE(GuardIntact(dinp_bits, kGuardBits)) << "dinp";
+  EXPECT_TRUE(std::all_of(dq_accum.end() - kGuard, dq_accum.end(), [](float v) {
+    return v == 0.0f && std::signbit(v);
+  })) << "dq_accum";
+  out_bits.resize(N * C);
+  lse.resize(rows);
+  dinp_bits.resize(N * 3 * C);
   EXPECT_TRUE(Close("out", ToFloats(out_bits), out, 1e-2));
   EXPECT_TRUE(Close("lse", lse, want_lse, 1e-4));
   const std::vector<float> dinp = ToFloats(dinp_bits);
@@ -154,6 +190,20 @@ TEST(FlashMmaEmulated, SeveralBlocksAndSequences) {
 // A T below one 16-row warp slice: most warps of the forward block lie wholly past T.
 TEST(FlashMmaEmulated, ShortSequence) {
   CheckAgainstCpu<32>(2, 5, 2, 14);
+}
+
+// T = 65: the last query row is the first of a key tile (64), which that row alone needs, in the
+// forward and in the dQ kernel.
+TEST(FlashMmaEmulated, LastRowAloneInItsKeyTile) {
+  CheckAgainstCpu<32>(1, 65, 1, 16);
+  CheckAgainstCpu<32, 2, true>(1, 65, 1, 27);
+}
+
+// Large activations: rows whose every score is far below zero, where exp of a score underflows
+// unless the running maximum starts at -inf and follows the scores down.
+TEST(FlashMmaEmulated, RowsWhoseScoresAreAllFarBelowZero) {
+  CheckAgainstCpu<32>(1, 70, 2, 15, true);
+  CheckAgainstCpu<32, 2, true>(1, 70, 2, 26, true);
 }
 
 // kMma2: the forward with two row tiles a warp and dQ in a kernel of its own, at the same

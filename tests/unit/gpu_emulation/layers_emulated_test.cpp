@@ -57,22 +57,46 @@ std::vector<int32_t> RandomIds(size_t n, int limit, uint64_t seed) {
   return ids;
 }
 
-// bf16 bits of values stored `offset` elements into a buffer: offset 1 makes the array
-// 2-byte but not 16-byte aligned (std::vector's storage is 16-byte aligned), which takes the
-// general kernels.
+// Elements past the end of an array that no kernel may touch: on a device a write there lands in
+// a neighbouring allocation, and nothing here would notice without them.
+constexpr size_t kGuard = 8;
+constexpr Bf16Bits kGuardBits = 0x7fff;  // a bf16 NaN
+constexpr float kGuardFloat = 12345.0f;  // finite, so that an atomic add to it shows
+
+// bf16 bits of values stored `offset` elements into a buffer and followed by kGuard guard
+// elements: offset 1 makes the array 2-byte but not 16-byte aligned (std::vector's storage is
+// 16-byte aligned), which takes the general kernels.
 struct Bf16Buffer {
   Bf16Buffer(const std::vector<float>& values, size_t offset) : offset(offset), bits(offset) {
     const std::vector<Bf16Bits> b = ToBits(values);
     bits.insert(bits.end(), b.begin(), b.end());
+    bits.insert(bits.end(), kGuard, kGuardBits);
   }
   Bf16Bits* data() { return bits.data() + offset; }
   std::vector<float> values() const {
-    return ToFloats(
-        std::vector<Bf16Bits>(bits.begin() + static_cast<std::ptrdiff_t>(offset), bits.end()));
+    return ToFloats(std::vector<Bf16Bits>(bits.begin() + static_cast<std::ptrdiff_t>(offset),
+                                          bits.end() - static_cast<std::ptrdiff_t>(kGuard)));
+  }
+  bool GuardIntact() const {
+    return std::all_of(bits.end() - static_cast<std::ptrdiff_t>(kGuard), bits.end(),
+                       [](Bf16Bits b) { return b == kGuardBits; });
   }
   size_t offset;
   std::vector<Bf16Bits> bits;
 };
+
+// fp32 values followed by kGuard guard elements, for the kernels' fp32 outputs.
+std::vector<float> WithGuard(std::vector<float> values) {
+  values.insert(values.end(), kGuard, kGuardFloat);
+  return values;
+}
+// The first values.size() - kGuard values, after checking that the guard is untouched.
+std::vector<float> Unguarded(const std::vector<float>& values) {
+  const auto end = values.end() - static_cast<std::ptrdiff_t>(kGuard);
+  EXPECT_TRUE(std::all_of(end, values.end(), [](float v) { return v == kGuardFloat; }))
+      << "a kernel wrote past the end of an array of " << values.size() - kGuard;
+  return std::vector<float>(values.begin(), end);
+}
 
 TEST(LayersEmulated, EncoderForwardAndBackward) {
   const int B = 2, T = 5, C = 24, V = 40;
@@ -88,7 +112,7 @@ TEST(LayersEmulated, EncoderForwardAndBackward) {
   const EmulatorLauncher launch{&launched};
   Bf16Buffer d_wte(wte, 0), d_wpe(wpe, 0), d_out(std::vector<float>(N * C, NAN), 0),
       d_dout(dout, 0);
-  std::vector<float> got_dwte = dwte, got_dwpe = dwpe;
+  std::vector<float> got_dwte = WithGuard(dwte), got_dwpe = WithGuard(dwpe);
   EncoderForward(launch, d_out.data(), tokens.data(), d_wte.data(), d_wpe.data(), B, T, C);
   EncoderBackward(launch, got_dwte.data(), got_dwpe.data(), d_dout.data(), tokens.data(), B, T, C);
 
@@ -96,16 +120,21 @@ TEST(LayersEmulated, EncoderForwardAndBackward) {
   cpu::encoder_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
   cpu::encoder_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
   EXPECT_TRUE(Close("out", d_out.values(), out, kBf16Tolerance));
-  EXPECT_TRUE(Close("dwte", got_dwte, dwte, kFp32Tolerance));
-  EXPECT_TRUE(Close("dwpe", got_dwpe, dwpe, kFp32Tolerance));
+  EXPECT_TRUE(d_out.GuardIntact()) << "out";
+  EXPECT_TRUE(Close("dwte", Unguarded(got_dwte), dwte, kFp32Tolerance));
+  EXPECT_TRUE(Close("dwpe", Unguarded(got_dwpe), dwpe, kFp32Tolerance));
 }
 
-// N rows of C values at `offset` elements into their buffers; returns the forward and backward
-// launches' names.
-std::vector<std::string> CheckLayerNorm(int N, int C, size_t offset, uint64_t seed) {
+// N rows of C values at `offset` elements into their buffers (with constant_rows, each row's
+// values all equal: zero variance, where the epsilon alone sets rstd); returns the forward and
+// backward launches' names.
+std::vector<std::string> CheckLayerNorm(int N, int C, size_t offset, uint64_t seed,
+                                        bool constant_rows = false) {
   std::vector<float> inp = RandomBf16Values(static_cast<size_t>(N) * C, seed, 2.0f);
-  for (float& x : inp)
-    x = warp::Bf16ToFloat(warp::FloatToBf16(x + 0.5f));  // a non-zero mean
+  for (size_t i = 0; i < inp.size(); i++) {
+    const float x = constant_rows ? 0.25f * static_cast<float>(i / C) : inp[i];
+    inp[i] = warp::Bf16ToFloat(warp::FloatToBf16(x + 0.5f));  // a non-zero mean
+  }
   const std::vector<float> weight = RandomBf16Values(C, seed + 1);
   const std::vector<float> bias = RandomBf16Values(C, seed + 2);
   const std::vector<float> dout = RandomBf16Values(inp.size(), seed + 3);
@@ -118,11 +147,14 @@ std::vector<std::string> CheckLayerNorm(int N, int C, size_t offset, uint64_t se
   Bf16Buffer d_inp(inp, offset), d_w(weight, offset), d_b(bias, offset),
       d_out(std::vector<float>(inp.size(), NAN), offset), d_dout(dout, offset),
       d_dinp(dinp, offset);
-  std::vector<float> mean(N, NAN), rstd(N, NAN), got_dw = dweight, got_db = dbias;
-  LayerNormForward(launch, d_out.data(), mean.data(), rstd.data(), d_inp.data(), d_w.data(),
+  std::vector<float> got_mean = WithGuard(std::vector<float>(N, NAN)), got_rstd = got_mean,
+                     got_dw = WithGuard(dweight), got_db = WithGuard(dbias);
+  LayerNormForward(launch, d_out.data(), got_mean.data(), got_rstd.data(), d_inp.data(), d_w.data(),
                    d_b.data(), N, C);
   LayerNormBackward(launch, d_dinp.data(), got_dw.data(), got_db.data(), d_dout.data(),
-                    d_inp.data(), d_w.data(), mean.data(), rstd.data(), N, C);
+                    d_inp.data(), d_w.data(), got_mean.data(), got_rstd.data(), N, C);
+  const std::vector<float> mean = Unguarded(got_mean), rstd = Unguarded(got_rstd);
+  EXPECT_TRUE(d_out.GuardIntact() && d_dinp.GuardIntact()) << "out or dinp";
 
   std::vector<float> out(inp.size()), cpu_mean(N), cpu_rstd(N);
   cpu::layernorm_forward(out.data(), cpu_mean.data(), cpu_rstd.data(), inp.data(), weight.data(),
@@ -134,8 +166,8 @@ std::vector<std::string> CheckLayerNorm(int N, int C, size_t offset, uint64_t se
   cpu::layernorm_backward(dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(),
                           weight.data(), mean.data(), rstd.data(), N, C);
   EXPECT_TRUE(Close("dinp", d_dinp.values(), dinp, kBf16Tolerance));
-  EXPECT_TRUE(Close("dweight", got_dw, dweight, kFp32Tolerance));
-  EXPECT_TRUE(Close("dbias", got_db, dbias, kFp32Tolerance));
+  EXPECT_TRUE(Close("dweight", Unguarded(got_dw), dweight, kFp32Tolerance));
+  EXPECT_TRUE(Close("dbias", Unguarded(got_db), dbias, kFp32Tolerance));
   return launched;
 }
 
@@ -158,6 +190,59 @@ TEST(LayersEmulated, LayerNormGeneral) {
   EXPECT_EQ(CheckLayerNorm(40, 100, 0, 40), kGeneralLayerNorm);
   EXPECT_EQ(CheckLayerNorm(40, 128, 1, 50), kGeneralLayerNorm);
   EXPECT_EQ(CheckLayerNorm(5, 1032, 0, 60), kGeneralLayerNorm);
+}
+
+// A packed kernel is chosen only when every array it accesses 16 bytes at a time is 16-byte
+// aligned: one misaligned array (the bias of the forward, the weight of the backward, the
+// probabilities of the softmax's backward) takes the general kernel, where the packed one would
+// fault on a device.
+TEST(LayersEmulated, OneMisalignedArrayTakesTheGeneralKernel) {
+  const int N = 6, C = 128;
+  const std::vector<float> inp = RandomBf16Values(size_t{N} * C, 47, 2.0f);
+  const std::vector<float> weight = RandomBf16Values(C, 48);
+  const std::vector<float> bias = RandomBf16Values(C, 49);
+  const std::vector<float> dout = RandomBf16Values(inp.size(), 50);
+  std::vector<std::string> launched;
+  const EmulatorLauncher launch{&launched};
+  Bf16Buffer d_inp(inp, 0), d_w(weight, 0), d_w_misaligned(weight, 1), d_b_misaligned(bias, 1),
+      d_out(std::vector<float>(inp.size(), NAN), 0), d_dout(dout, 0),
+      d_dinp(std::vector<float>(inp.size(), 0.0f), 0);
+  std::vector<float> mean(N, NAN), rstd(N, NAN), dw(C, 0.0f), db(C, 0.0f);
+  LayerNormForward(launch, d_out.data(), mean.data(), rstd.data(), d_inp.data(), d_w.data(),
+                   d_b_misaligned.data(), N, C);
+  LayerNormBackward(launch, d_dinp.data(), dw.data(), db.data(), d_dout.data(), d_inp.data(),
+                    d_w_misaligned.data(), mean.data(), rstd.data(), N, C);
+  EXPECT_EQ(launched, kGeneralLayerNorm);
+  std::vector<float> out(inp.size()), cpu_mean(N), cpu_rstd(N), dinp(inp.size(), 0.0f),
+      cpu_dw(C, 0.0f), cpu_db(C, 0.0f);
+  cpu::layernorm_forward(out.data(), cpu_mean.data(), cpu_rstd.data(), inp.data(), weight.data(),
+                         bias.data(), N, C);
+  cpu::layernorm_backward(dinp.data(), cpu_dw.data(), cpu_db.data(), dout.data(), inp.data(),
+                          weight.data(), mean.data(), rstd.data(), N, C);
+  EXPECT_TRUE(Close("out", d_out.values(), out, kBf16Tolerance));
+  EXPECT_TRUE(Close("dinp", d_dinp.values(), dinp, kBf16Tolerance));
+
+  // The softmax's backward with the gradients aligned and the probabilities not, against the
+  // packed kernel on aligned copies of both.
+  const int T = 16;
+  Bf16Buffer att(RandomBf16Values(size_t{T} * T, 51), 0);
+  const std::vector<float> dprobs = RandomBf16Values(size_t{T} * T, 52);
+  launched.clear();
+  SoftmaxForward(launch, att.data(), 1, T, 0.3f);
+  Bf16Buffer att_misaligned(att.values(), 1), datt_packed(dprobs, 0), datt_general(dprobs, 0);
+  SoftmaxBackward(launch, datt_packed.data(), att.data(), 1, T, 0.3f);
+  SoftmaxBackward(launch, datt_general.data(), att_misaligned.data(), 1, T, 0.3f);
+  EXPECT_EQ(launched, (std::vector<std::string>{"attention_softmax_forward (packed)",
+                                                "attention_softmax_backward (packed)",
+                                                "attention_softmax_backward"}));
+  EXPECT_TRUE(Close("dscores", datt_general.values(), datt_packed.values(), kBf16Tolerance));
+}
+
+// Rows whose values are all equal (a padding position's activations, a dead unit's): the
+// variance is zero and rstd is 1 / sqrt(1e-5), the reference's epsilon, in every kernel.
+TEST(LayersEmulated, LayerNormOfConstantRowsUsesTheReferenceEpsilon) {
+  EXPECT_EQ(CheckLayerNorm(20, 128, 0, 45, true), kPackedLayerNorm);
+  EXPECT_EQ(CheckLayerNorm(20, 100, 0, 46, true), kGeneralLayerNorm);
 }
 
 // Rows in bands of 128 per block (the last partial), columns past a block of 256.
@@ -215,12 +300,15 @@ TEST(LayersEmulated, PermutesAreExactAndInvert) {
   EXPECT_EQ(y_back.values(), qs);
 }
 
-// BH rows of T x T scores at `offset`: the causal softmax against a double-precision one, and
-// its backward; returns the two launches' names.
-std::vector<std::string> CheckSoftmax(int BH, int T, size_t offset, uint64_t seed) {
+// BH rows of T x T scores (shift plus normal values) at `offset`: the causal softmax against a
+// double-precision one, and its backward; returns the two launches' names.
+std::vector<std::string> CheckSoftmax(int BH, int T, size_t offset, uint64_t seed,
+                                      float shift = 0.0f) {
   const float scale = 0.3f;
   const size_t size = static_cast<size_t>(BH) * T * T;
-  const std::vector<float> scores = RandomBf16Values(size, seed, 3.0f);
+  std::vector<float> scores = RandomBf16Values(size, seed, 3.0f);
+  for (float& x : scores)
+    x = warp::Bf16ToFloat(warp::FloatToBf16(x + shift));
   const std::vector<float> dprobs = RandomBf16Values(size, seed + 1);
   std::vector<std::string> launched;
   const EmulatorLauncher launch{&launched};
@@ -251,6 +339,7 @@ std::vector<std::string> CheckSoftmax(int BH, int T, size_t offset, uint64_t see
   }
   EXPECT_TRUE(Close("probabilities", got_p, want_p, kBf16Tolerance));
   EXPECT_TRUE(Close("dscores", datt.values(), want_d, kBf16Tolerance));
+  EXPECT_TRUE(att.GuardIntact() && datt.GuardIntact()) << "probabilities or dscores";
   return launched;
 }
 
@@ -264,6 +353,15 @@ TEST(LayersEmulated, AttentionSoftmax) {
   EXPECT_EQ(CheckSoftmax(2, 37, 0, 92),
             (std::vector<std::string>{"attention_softmax_forward", "attention_softmax_backward"}));
   EXPECT_EQ(CheckSoftmax(2, 40, 1, 93)[0], "attention_softmax_forward");
+}
+
+// Scores far from zero (large activations, or a large scale): the kernels subtract the maximum
+// of the scaled scores, so that the exponentials neither overflow nor all underflow.
+TEST(LayersEmulated, AttentionSoftmaxOfScoresFarFromZero) {
+  EXPECT_EQ(CheckSoftmax(2, 40, 0, 94, -400.0f)[0], "attention_softmax_forward (packed)");
+  EXPECT_EQ(CheckSoftmax(2, 40, 0, 95, 400.0f)[0], "attention_softmax_forward (packed)");
+  EXPECT_EQ(CheckSoftmax(2, 37, 0, 96, -400.0f)[0], "attention_softmax_forward");
+  EXPECT_EQ(CheckSoftmax(2, 37, 0, 97, 400.0f)[0], "attention_softmax_forward");
 }
 
 // n values at `offset`; vectorized with a tail of n % 8 when aligned.
@@ -280,18 +378,23 @@ void CheckGelu(int64_t n, size_t offset, uint64_t seed) {
   cpu::gelu_backward(dinp.data(), inp.data(), dout.data(), n);
   EXPECT_TRUE(Close("out", d_out.values(), out, kBf16Tolerance));
   EXPECT_TRUE(Close("dinp", d_d.values(), dinp, kBf16Tolerance));
+  EXPECT_TRUE(d_out.GuardIntact() && d_d.GuardIntact()) << "out or dinp";
 }
 
 TEST(LayersEmulated, Gelu) {
   CheckGelu(8 * 300 + 5, 0, 100);  // packs over several blocks, then 5 values
   CheckGelu(8 * 40, 0, 101);       // packs only
   CheckGelu(301, 1, 102);          // unaligned: one value a thread
+  CheckGelu(8 * 256 + 5, 0, 103);  // packs fill whole blocks: the tail needs a block of its own
 }
 
-// N rows of V logits, ld apart (padded past V with a value the kernels must not touch).
-void CheckCrossEntropy(int N, int V, int ld, uint64_t seed) {
+// N rows of V logits (shift plus normal values), ld apart (padded past V with a value the
+// kernels must not touch).
+void CheckCrossEntropy(int N, int V, int ld, uint64_t seed, float shift = 0.0f) {
   const std::vector<int32_t> targets = RandomIds(N, V, seed);
-  const std::vector<float> logits = RandomBf16Values(static_cast<size_t>(N) * V, seed + 1, 3.0f);
+  std::vector<float> logits = RandomBf16Values(static_cast<size_t>(N) * V, seed + 1, 3.0f);
+  for (float& x : logits)
+    x = warp::Bf16ToFloat(warp::FloatToBf16(x + shift));
   std::vector<float> padded(static_cast<size_t>(N) * ld, 7.0f);
   for (int n = 0; n < N; n++)
     std::copy_n(logits.begin() + static_cast<std::ptrdiff_t>(V) * n, V,
@@ -332,6 +435,30 @@ TEST(LayersEmulated, CrossEntropy) {
   CheckCrossEntropy(6, 4099, 4104, 111);  // packs, then V % 8 values one by one; padding
   CheckCrossEntropy(6, 1003, 1005, 112);  // rows not 16-byte aligned: one value at a time
   CheckCrossEntropy(3, 300, 304, 113);    // fewer packs than threads
+}
+
+// Logits far below zero: the block's maximum is that of the logits alone (the warps' partial
+// maxima are combined with -inf for the lanes past the last warp, not 0), so the sum of
+// exponentials does not underflow to zero and the loss stays finite.
+TEST(LayersEmulated, CrossEntropyOfLogitsFarBelowZero) {
+  CheckCrossEntropy(3, 4099, 4104, 114, -300.0f);
+}
+
+// The mean loss over more positions than the block has threads (B * T is 8192 in the GPT's
+// runs): each thread sums several before the block's reduction.
+TEST(LayersEmulated, MeanReduceAveragesMoreValuesThanThreads) {
+  std::vector<float> losses = RandomBf16Values(3000, 115);
+  double sum = 0;
+  for (float& l : losses) {
+    l = 1.0f + std::abs(l);  // losses are positive
+    sum += l;
+  }
+  std::vector<std::string> launched;
+  std::vector<float> mean = WithGuard({NAN});
+  MeanReduce(EmulatorLauncher{&launched}, mean.data(), losses.data(),
+             static_cast<int>(losses.size()));
+  EXPECT_TRUE(
+      Close("mean", Unguarded(mean), {static_cast<float>(sum / losses.size())}, kFp32Tolerance));
 }
 
 // The global norm over chunks and the AdamW step with clipping against the CPU trainer's
@@ -375,8 +502,43 @@ TEST(LayersEmulated, GlobalNormAndAdamW) {
   EXPECT_TRUE(Close("v", got_v, v, kFp32Tolerance));
   EXPECT_TRUE(Close("params", got_params, params, kFp32Tolerance));
   EXPECT_TRUE(Close("params_bf16", got_bf16.values(), params, kBf16Tolerance));
+  // The bf16 copy that the next forward reads is the updated parameters, rounded: not the ones
+  // before the step (which the comparison above, at bf16's tolerance, would let through).
+  EXPECT_EQ(got_bf16.values(), ToFloats(ToBits(got_params)));
   // The updates themselves (about 1e-3 of the parameters, so a wrong weight decay, 1e-4 of
   // them, hides in the comparison above), within what fp32 subtraction leaves of them.
+  std::vector<float> got_update(n), want_update(n);
+  for (int64_t i = 0; i < n; i++) {
+    got_update[i] = got_params[i] - before[i];
+    want_update[i] = params[i] - before[i];
+  }
+  EXPECT_TRUE(Close("update", got_update, want_update, 1e-3));
+}
+
+// Gradients of about 1e-6 (the embedding row of a rare token), at the first step, clipped to a
+// norm of 1e-5: sqrt(v_hat) is about 1e-6, and eps (1e-8) is added after the square root, as the
+// CPU trainer does (under it, the step would shrink a hundredfold); the clipping factor is
+// max_norm / (norm + 1e-6), as the trainer's, which at this norm differs from max_norm / norm.
+TEST(LayersEmulated, AdamWStepOfTinyGradientsMatchesTheTrainer) {
+  const int64_t n = 700;
+  const std::vector<ParamChunk> chunks = {{0, static_cast<int32_t>(n), 1}};
+  std::vector<float> params = RandomBf16Values(n, 150);
+  const std::vector<float> grads = RandomBf16Values(n, 151, 1e-6f);
+  std::vector<float> m(n, 0.0f), v(n, 0.0f);
+  const AdamWArgs a{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1e-5f, 1.0f - 0.9f, 1.0f - 0.95f};
+
+  std::vector<std::string> launched;
+  const EmulatorLauncher launch{&launched};
+  const std::vector<float> before = params;
+  std::vector<float> got_params = params, got_m = m, got_v = v, norm(1, NAN), partials(1, NAN);
+  Bf16Buffer got_bf16(std::vector<float>(n, NAN), 0);
+  GlobalNorm(launch, norm.data(), partials.data(), grads.data(), chunks.data(), 1);
+  AdamWUpdate(launch, got_params.data(), got_bf16.data(), got_m.data(), got_v.data(), grads.data(),
+              norm.data(), chunks.data(), 1, a);
+  const double want_norm = train::test::AdamWReferenceStep(params, grads, m, v, n, a, 1);
+  ASSERT_GT(want_norm, a.max_norm) << "the test means to exercise clipping";
+  EXPECT_TRUE(Close("m", got_m, m, kFp32Tolerance));
+  EXPECT_TRUE(Close("v", got_v, v, kFp32Tolerance));
   std::vector<float> got_update(n), want_update(n);
   for (int64_t i = 0; i < n; i++) {
     got_update[i] = got_params[i] - before[i];
@@ -410,6 +572,7 @@ TEST(LayersEmulated, ConvertToBf16RoundsToNearestEven) {
   ConvertToBf16(EmulatorLauncher{&launched}, out.data(), values.data(),
                 static_cast<int64_t>(values.size()));
   EXPECT_EQ(out.values(), (std::vector<float>{1.0f, 1.0f + 4.0f / 256, -2.5f, 0.0f, 65536.0f}));
+  EXPECT_TRUE(out.GuardIntact());  // the launch's other 251 threads write nothing
 }
 
 }  // namespace

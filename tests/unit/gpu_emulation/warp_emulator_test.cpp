@@ -547,5 +547,71 @@ TEST(WarpEmulatorTest, PrimitivesOutsideLaunchAndBadConfigsAreRejected) {
   EXPECT_THROW(Launch(empty, [] {}), std::invalid_argument);
 }
 
+// __float2bfloat16_rn's contract, which the kernels' outputs inherit: round to nearest even, a
+// NaN stays a NaN (even one whose payload lies only in the 16 bits dropped), infinities and
+// overflow go to infinity.
+TEST(WarpEmulatorTest, FloatToBf16KeepsNaNsAndRoundsToNearestEven) {
+  auto from_bits = [](uint32_t bits) {
+    float value;
+    std::memcpy(&value, &bits, 4);
+    return value;
+  };
+  const struct {
+    uint32_t input;
+    Bf16Bits want;
+  } cases[] = {
+      {0x3f808000u, 0x3f80},  // 1 + 2^-8, halfway: to the even 1
+      {0x3f818000u, 0x3f82},  // 1 + 3 * 2^-8, halfway: to the even 1 + 2^-6
+      {0x3f808001u, 0x3f81},  // just past halfway: up
+      {0xbf808001u, 0xbf81},  // the same, negative
+      {0x7f800000u, 0x7f80},  // +inf
+      {0xff800000u, 0xff80},  // -inf
+      {0x7f7fffffu, 0x7f80},  // the largest float rounds to +inf
+      {0x00000001u, 0x0000},  // the smallest denormal rounds to +0
+  };
+  for (const auto& c : cases) {
+    EXPECT_EQ(warp::FloatToBf16(from_bits(c.input)), c.want) << std::hex << c.input;
+  }
+  for (const uint32_t nan : {0x7fc00000u, 0x7f800001u, 0xff800001u, 0x7fffffffu}) {
+    const float back = warp::Bf16ToFloat(warp::FloatToBf16(from_bits(nan)));
+    EXPECT_TRUE(std::isnan(back)) << std::hex << nan << " became " << back;
+  }
+}
+
+// A misaligned 16-, 8- or 4-byte access faults on a device; the emulator must say so rather
+// than perform it, or a kernel bug found only on the GPU would pass here.
+TEST(WarpEmulatorTest, MisalignedVectorAccessesAreReported) {
+  const struct {
+    const char* name;
+    std::function<void(unsigned char*)> access;  // given a 16-byte aligned shared address
+    const char* message;
+  } cases[] = {
+      {"Copy16 from 8 bytes in", [](unsigned char* p) { warp::Copy16(p, p + 24); },
+       "Copy16 source: address not 16-byte aligned"},
+      {"Copy16 to 8 bytes in", [](unsigned char* p) { warp::Copy16(p + 8, p + 32); },
+       "Copy16 destination: address not 16-byte aligned"},
+      {"Zero16 8 bytes in", [](unsigned char* p) { warp::Zero16(p + 8); },
+       "Zero16: address not 16-byte aligned"},
+      {"CpAsync16 to 8 bytes in",
+       [](unsigned char* p) {
+         alignas(16) static const uint32_t kRow[4] = {1, 2, 3, 4};
+         warp::CpAsync16(p + 8, kRow);
+       },
+       "CpAsync16 destination: address not 16-byte aligned"},
+      {"AtomicAdd2 4 bytes in",
+       [](unsigned char* p) { warp::AtomicAdd2(reinterpret_cast<float*>(p + 4), 1.0f, 2.0f); },
+       "AtomicAdd2: address not 8-byte aligned"},
+      {"Store32 2 bytes in", [](unsigned char* p) { warp::Store32(p + 2, 7); },
+       "Store32: address not 4-byte aligned"},
+  };
+  for (const auto& c : cases) {
+    const std::string error = LaunchError(Threads(32, 64), [&] {
+      if (warp::ThreadIdx() == 0)
+        c.access(warp::SharedMemory());
+    });
+    EXPECT_TRUE(Contains(error, c.message)) << c.name << ": " << error;
+  }
+}
+
 }  // namespace
 }  // namespace tessera::warp_emu
