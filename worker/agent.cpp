@@ -65,15 +65,29 @@ pid_t Start(const std::vector<std::string>& command,
     argv.push_back(a.data());
   argv.push_back(nullptr);
   const pid_t parent = ::getpid();
+  // SIGTERM and SIGINT wait until the child handles them itself: one that came between fork
+  // and exec would run this process's handler there and be lost.
+  sigset_t stop_signals, old_mask;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  ::sigprocmask(SIG_BLOCK, &stop_signals, &old_mask);
   const pid_t pid = ::fork();
-  if (pid != 0)
+  if (pid != 0) {
+    ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+    // Also set the group from the parent, so that signalling -pid works even before the child
+    // has run (both calls racing is harmless).
+    if (pid > 0)
+      ::setpgid(pid, pid);
     return pid;
+  }
   ::setpgid(0, 0);  // its own group, so a signal reaches whatever it starts too
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != parent)
     ::_exit(128 + SIGKILL);
   ::signal(SIGTERM, SIG_DFL);
   ::signal(SIGINT, SIG_DFL);
+  ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
   for (const auto& [key, value] : env)
     ::setenv(key.c_str(), value.c_str(), 1);
   ::execvp(argv[0], argv.data());

@@ -51,8 +51,16 @@ pid_t StartProcessGroup(const ProcessSpec& spec, std::string* error) {
     argv.push_back(s.data());
   argv.push_back(nullptr);
   const pid_t parent = ::getpid();
-
+  // SIGTERM and SIGINT wait until the child handles them itself: one that came between fork
+  // and exec would run the runner's handler there and be lost.
+  sigset_t stop_signals, old_mask;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  ::sigprocmask(SIG_BLOCK, &stop_signals, &old_mask);
   const pid_t pid = ::fork();
+  if (pid != 0)
+    ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
   if (pid < 0) {
     *error = std::string("fork failed: ") + std::strerror(errno);
     ::close(log_fd);

@@ -7,15 +7,44 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <sys/wait.h>
+
+#include <chrono>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
 #include <string>
+#include <thread>
 
 #include "worker/agent.h"
 
 namespace tessera::worker {
 namespace {
 
+namespace fs = std::filesystem;
 using namespace std::chrono_literals;
+
+std::string ReadFile(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// `NAME=value` lines of a file written by `env`, as a map.
+std::map<std::string, std::string> ReadEnv(const fs::path& path) {
+  std::map<std::string, std::string> env;
+  std::istringstream in(ReadFile(path));
+  for (std::string line; std::getline(in, line);) {
+    const size_t eq = line.find('=');
+    if (eq != std::string::npos)
+      env[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  return env;
+}
 
 class AgentStopTest : public ::testing::Test {
  protected:
@@ -24,7 +53,7 @@ class AgentStopTest : public ::testing::Test {
   // The agent's log goes to stderr, where a death test reads it.
   static void LogToStderr() { spdlog::set_default_logger(spdlog::stderr_logger_st("agent")); }
 
-  // Two ranks: rank 1 fails with code 7 at once; rank 0 ignores SIGTERM and sleeps. The ranks
+  // Two ranks: rank 1 fails with code 7 as soon as rank 0 ignores SIGTERM; rank 0 sleeps. The ranks
   // die with the agent (their parent-death signal), so none outlives a case.
   static AgentOptions TwoRanksOneFailing() {
     ::setenv("TESSERA_PROCS_PER_NODE", "2", 1);
@@ -32,13 +61,52 @@ class AgentStopTest : public ::testing::Test {
     ::unsetenv("TESSERA_METRICS_PORT");
     ::setenv("TESSERA_TERMINATION_MESSAGE_PATH", "/dev/null", 1);
     AgentOptions o;
+    // Rank 1 fails once rank 0 ignores SIGTERM (a file named by the agent's pid says so).
     o.command = {"sh", "-c",
-                 "if [ \"$LOCAL_RANK\" = 1 ]; then exit 7; fi; trap '' TERM; exec sleep 600"};
+                 "ready=\"$0/agent-$PPID-ready\"; if [ \"$LOCAL_RANK\" = 1 ]; then while [ ! -f "
+                 "\"$ready\" ]; do sleep 0.01; done; exit 7; fi; trap '' TERM; touch \"$ready\"; "
+                 "exec sleep 600",
+                 ::testing::TempDir()};
     o.grace = 200ms;
     o.reap_after_kill = 500ms;
     return o;
   }
+
+  // A directory for the case's files, emptied (the same in the death test's child, which
+  // runs the test again up to its statement).
+  static fs::path CaseDir() {
+    const fs::path dir =
+        fs::path(::testing::TempDir()) /
+        (std::string("agent-") + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    return dir;
+  }
+
+  // `procs` ranks of node `node`, each running `script` with sh, $0 being `dir`; a
+  // termination message goes to dir/termination-log.
+  static AgentOptions Ranks(const fs::path& dir, const std::string& script, int procs = 2,
+                            int node = 0) {
+    ::setenv("TESSERA_PROCS_PER_NODE", std::to_string(procs).c_str(), 1);
+    ::setenv("TESSERA_NODE_RANK", std::to_string(node).c_str(), 1);
+    ::unsetenv("TESSERA_METRICS_PORT");
+    ::setenv("TESSERA_TERMINATION_MESSAGE_PATH", (dir / "termination-log").c_str(), 1);
+    AgentOptions o;
+    o.command = {"sh", "-c", script, dir.string()};
+    o.grace = 20s;
+    o.reap_after_kill = 5s;
+    return o;
+  }
 };
+
+// Rank 0 waits for SIGTERM: on it, it takes a second (a checkpoint), leaves $0/term-0 and
+// exits 0. It says it is ready ($0/ready-0) once its trap is set.
+constexpr char kRankZeroStopsOnSigterm[] =
+    "if [ \"$LOCAL_RANK\" = 0 ]; then\n"
+    "  trap 'sleep 1; echo term > \"$0/term-0\"; exit 0' TERM\n"
+    "  touch \"$0/ready-0\"; sleep 600 & wait; exit 0\n"
+    "fi\n"
+    "while [ ! -f \"$0/ready-0\" ]; do sleep 0.01; done\n";
 
 TEST_F(AgentStopTest, ARankThatIgnoresSigtermIsKilledAfterTheGrace) {
   EXPECT_EXIT(
@@ -65,6 +133,287 @@ TEST_F(AgentStopTest, ARankThatOutlivesSigkillIsLeftBehindNamed) {
       ::testing::ExitedWithCode(7),
       "rank 0 \\(pid [0-9]+\\) is still there 0.5 s after SIGKILL \\(state S.*\\): a process "
       "stuck in the kernel");
+}
+
+TEST_F(AgentStopTest, EachRankGetsItsGlobalRankLocalRankAndMetricsPort) {
+  const fs::path dir = CaseDir();
+  EXPECT_EXIT(
+      {
+        ::alarm(30);
+        AgentOptions o = Ranks(dir, "env > \"$0/env-$LOCAL_RANK\"", 2, /*node=*/1);
+        ::setenv("TESSERA_METRICS_PORT", "9000", 1);
+        std::exit(RunAgent(o));
+      },
+      ::testing::ExitedWithCode(0), "");
+  for (int local = 0; local < 2; ++local) {
+    SCOPED_TRACE("local rank " + std::to_string(local));
+    std::map<std::string, std::string> env = ReadEnv(dir / ("env-" + std::to_string(local)));
+    EXPECT_EQ(env["RANK"], std::to_string(2 + local));
+    EXPECT_EQ(env["LOCAL_RANK"], std::to_string(local));
+    EXPECT_EQ(env["LOCAL_WORLD_SIZE"], "2");
+    EXPECT_EQ(env["GROUP_RANK"], "1");
+    EXPECT_EQ(env["TESSERA_METRICS_PORT"], std::to_string(9000 + local));
+  }
+  EXPECT_FALSE(fs::exists(dir / "env-2"));
+}
+
+TEST_F(AgentStopTest, WithMetricsPortZeroEveryRankKeepsZero) {
+  const fs::path dir = CaseDir();
+  EXPECT_EXIT(
+      {
+        ::alarm(30);
+        AgentOptions o = Ranks(dir, "env > \"$0/env-$LOCAL_RANK\"");
+        ::setenv("TESSERA_METRICS_PORT", "0", 1);
+        std::exit(RunAgent(o));
+      },
+      ::testing::ExitedWithCode(0), "");
+  EXPECT_EQ(ReadEnv(dir / "env-0")["TESSERA_METRICS_PORT"], "0");
+  EXPECT_EQ(ReadEnv(dir / "env-1")["TESSERA_METRICS_PORT"], "0");
+}
+
+TEST_F(AgentStopTest, WithoutProcsOrNodeRankTheAgentRunsOneRankZero) {
+  const fs::path dir = CaseDir();
+  EXPECT_EXIT(
+      {
+        ::alarm(30);
+        AgentOptions o = Ranks(dir, "env > \"$0/env-$LOCAL_RANK\"");
+        ::unsetenv("TESSERA_PROCS_PER_NODE");
+        ::unsetenv("TESSERA_NODE_RANK");
+        std::exit(RunAgent(o));
+      },
+      ::testing::ExitedWithCode(0), "");
+  EXPECT_EQ(ReadEnv(dir / "env-0")["RANK"], "0");
+  EXPECT_EQ(ReadEnv(dir / "env-0")["LOCAL_WORLD_SIZE"], "1");
+  EXPECT_FALSE(fs::exists(dir / "env-1"));
+}
+
+// The agent's environment: malformed or out-of-range values stop it with exit code 2 and one
+// line naming the variable, before any rank starts; the edges of the ranges are accepted.
+TEST_F(AgentStopTest, TheAgentsEnvironmentIsCheckedBeforeAnyRankStarts) {
+  struct Case {
+    std::map<std::string, std::string> env;  // "" value: unset
+    int exit_code;
+    std::string says;
+  };
+  const Case cases[] = {
+      {{{"TESSERA_PROCS_PER_NODE", "2x"}},
+       2,
+       "TESSERA_PROCS_PER_NODE=2x: expected an integer in \\[1, 1024\\]"},
+      {{{"TESSERA_PROCS_PER_NODE", "0"}}, 2, "TESSERA_PROCS_PER_NODE=0: expected an integer"},
+      {{{"TESSERA_PROCS_PER_NODE", "99999999999999999999"}}, 2, "expected an integer"},
+      {{{"TESSERA_NODE_RANK", "-1"}}, 2, "TESSERA_NODE_RANK=-1: expected an integer"},
+      {{{"TESSERA_NODE_RANK", "1048577"}}, 2, "TESSERA_NODE_RANK=1048577: expected an integer"},
+      {{{"TESSERA_METRICS_PORT", "abc"}}, 2, "TESSERA_METRICS_PORT=abc: expected an integer"},
+      {{{"TESSERA_METRICS_PORT", "65535"}, {"TESSERA_PROCS_PER_NODE", "2"}},
+       2,
+       "TESSERA_METRICS_PORT=65535: ports 65535..65536 for 2 ranks pass 65535"},
+      {{{"TESSERA_METRICS_PORT", "65534"}, {"TESSERA_PROCS_PER_NODE", "2"}}, 0, ""},
+      {{{"TESSERA_NODE_RANK", "1048576"}}, 0, ""},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.says);
+    const fs::path dir = CaseDir();
+    EXPECT_EXIT(
+        {
+          ::alarm(30);
+          AgentOptions o = Ranks(dir, "touch \"$0/ran-$LOCAL_RANK\"", 1);
+          for (const auto& [name, value] : c.env)
+            ::setenv(name.c_str(), value.c_str(), 1);
+          std::exit(RunAgent(o));
+        },
+        ::testing::ExitedWithCode(c.exit_code), c.says);
+    EXPECT_EQ(fs::exists(dir / "ran-0"), c.exit_code == 0);
+  }
+}
+
+TEST_F(AgentStopTest, AnEmptyProcsPerNodeMeansOneRank) {
+  const fs::path dir = CaseDir();
+  EXPECT_EXIT(
+      {
+        ::alarm(30);
+        AgentOptions o = Ranks(dir, "touch \"$0/ran-$LOCAL_RANK\"");
+        ::setenv("TESSERA_PROCS_PER_NODE", "", 1);
+        std::exit(RunAgent(o));
+      },
+      ::testing::ExitedWithCode(0), "");
+  EXPECT_TRUE(fs::exists(dir / "ran-0"));
+  EXPECT_FALSE(fs::exists(dir / "ran-1"));
+}
+
+// The agent's exit code and termination message for each way a rank can end (rank 0 runs
+// until it is stopped).
+TEST_F(AgentStopTest, TheAgentExitsWithTheFailedRanksCodeAndSaysWhichRank) {
+  struct Case {
+    std::string rank_one;  // what rank 1 does
+    int exit_code;
+    std::string message;  // the termination message; "" none
+  };
+  const Case cases[] = {
+      {"exit 0", 0, ""},
+      {"exit 7", 7, "rank 1 exited with code 7"},
+      {"exit 128", 128, "rank 1 exited with code 128"},
+      {"kill -9 $$", 137, "rank 1 was killed by signal 9 (Killed)"},
+      {"kill -TERM $$", 143, "rank 1 was killed by signal 15 (Terminated)"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.rank_one);
+    const fs::path dir = CaseDir();
+    EXPECT_EXIT(
+        {
+          ::alarm(30);
+          std::exit(RunAgent(Ranks(
+              dir, "[ \"$LOCAL_RANK\" = 1 ] && " + c.rank_one + "\n[ \"$LOCAL_RANK\" = 0 ] && [ " +
+                       std::to_string(c.exit_code) + " = 0 ] && exit 0\nsleep 600 & wait\n")));
+        },
+        ::testing::ExitedWithCode(c.exit_code), "");
+    EXPECT_EQ(ReadFile(dir / "termination-log"), c.message);
+  }
+}
+
+TEST_F(AgentStopTest, ACommandThatCannotBeExecutedFailsTheRankWithCode127) {
+  const fs::path dir = CaseDir();
+  EXPECT_EXIT(
+      {
+        ::alarm(30);
+        AgentOptions o = Ranks(dir, "", 1);
+        o.command = {(dir / "no-such-program").string()};
+        std::exit(RunAgent(o));
+      },
+      ::testing::ExitedWithCode(127), "cannot execute .*no-such-program: No such file");
+  EXPECT_EQ(ReadFile(dir / "termination-log"), "rank 0 exited with code 127");
+}
+
+// A send_signal that, at the first SIGKILL (to what a reaped rank left in its group), creates
+// $0/go and waits (at most 10 s) until the rank whose pid is in $0/pid has exited.
+std::function<int(pid_t, int)> LetRankOneFailAtTheFirstSigkill(const fs::path& dir) {
+  return [dir, released = false](pid_t pid, int signal) mutable {
+    if (signal == SIGKILL && !released) {
+      released = true;
+      std::ofstream(dir / "go");
+      const auto deadline = std::chrono::steady_clock::now() + 10s;
+      while (!fs::exists(dir / "pid") && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(5ms);
+      const pid_t rank_one = std::stoi(ReadFile(dir / "pid"));
+      siginfo_t info{};
+      while (info.si_pid != rank_one && std::chrono::steady_clock::now() < deadline &&
+             ::waitid(P_PID, rank_one, &info, WEXITED | WNOHANG | WNOWAIT) == 0) {
+        std::this_thread::sleep_for(5ms);
+      }
+    }
+    return ::kill(pid, signal);
+  };
+}
+
+TEST_F(AgentStopTest, ALostPeerIsNotBlamedWhenAnotherRankFailedInTheSamePass) {
+  // Rank 0 loses its peer (exit 6) at once; when the agent, having reaped it, kills what it
+  // left in its group, the hook lets rank 1 fail (exit 4) and waits until it has exited, so
+  // that the agent finds both in one pass.
+  const fs::path dir = CaseDir();
+  EXPECT_EXIT(
+      {
+        ::alarm(30);
+        AgentOptions o = Ranks(dir,
+                               "[ \"$LOCAL_RANK\" = 0 ] && exit 6\n"
+                               "echo $$ > \"$0/pid.tmp\"; mv \"$0/pid.tmp\" \"$0/pid\"\n"
+                               "while [ ! -f \"$0/go\" ]; do sleep 0.01; done\n"
+                               "exit 4\n");
+        o.send_signal = LetRankOneFailAtTheFirstSigkill(dir);
+        std::exit(RunAgent(o));
+      },
+      ::testing::ExitedWithCode(4), "");
+  EXPECT_EQ(ReadFile(dir / "termination-log"), "rank 1 exited with code 4");
+}
+
+TEST_F(AgentStopTest, WhenARankFailsTheOthersGetTheGraceToCheckpoint) {
+  const fs::path dir = CaseDir();
+  EXPECT_EXIT(
+      {
+        ::alarm(30);
+        std::exit(RunAgent(Ranks(dir, std::string(kRankZeroStopsOnSigterm) + "exit 7\n")));
+      },
+      ::testing::ExitedWithCode(7), "");
+  EXPECT_TRUE(fs::exists(dir / "term-0")) << "rank 0 was killed before the grace ended";
+}
+
+TEST_F(AgentStopTest, SigtermToTheAgentIsForwardedAndItExits143WhateverTheRanksExitWith) {
+  // Rank 0 exits 5 on SIGTERM, rank 1 0: the agent was stopped, which is no rank's failure.
+  const fs::path dir = CaseDir();
+  EXPECT_EXIT(
+      {
+        ::alarm(30);
+        std::exit(RunAgent(Ranks(dir,
+                                 "if [ \"$LOCAL_RANK\" = 0 ]; then\n"
+                                 "  trap 'exit 5' TERM; touch \"$0/ready-0\"; sleep 600 & wait\n"
+                                 "fi\n"
+                                 "while [ ! -f \"$0/ready-0\" ]; do sleep 0.01; done\n"
+                                 "trap 'exit 0' TERM; kill -TERM $PPID; sleep 600 & wait\n")));
+      },
+      ::testing::ExitedWithCode(128 + SIGTERM), "");
+  EXPECT_EQ(ReadFile(dir / "termination-log"), "");
+}
+
+TEST_F(AgentStopTest, SigintToTheAgentIsForwardedAsSigintAndItExits130) {
+  const fs::path dir = CaseDir();
+  EXPECT_EXIT(
+      {
+        ::alarm(30);
+        std::exit(RunAgent(Ranks(dir,
+                                 "if [ \"$LOCAL_RANK\" = 0 ]; then\n"
+                                 "  trap 'echo int > \"$0/int-0\"; exit 0' INT\n"
+                                 "  touch \"$0/ready-0\"; sleep 600 & wait; exit 0\n"
+                                 "fi\n"
+                                 "while [ ! -f \"$0/ready-0\" ]; do sleep 0.01; done\n"
+                                 "trap 'exit 0' INT; kill -INT $PPID; sleep 600 & wait\n")));
+      },
+      ::testing::ExitedWithCode(128 + SIGINT), "");
+  EXPECT_TRUE(fs::exists(dir / "int-0"));
+}
+
+TEST_F(AgentStopTest, ARankThatIgnoresAForwardedSigtermIsKilledAfterTheGrace) {
+  const fs::path dir = CaseDir();
+  EXPECT_EXIT(
+      {
+        ::alarm(30);
+        AgentOptions o = Ranks(dir,
+                               "if [ \"$LOCAL_RANK\" = 0 ]; then\n"
+                               "  trap '' TERM; touch \"$0/ready-0\"; exec sleep 600\n"
+                               "fi\n"
+                               "while [ ! -f \"$0/ready-0\" ]; do sleep 0.01; done\n"
+                               "kill -TERM $PPID; exit 0\n");
+        o.grace = 200ms;
+        LogToStderr();
+        std::exit(RunAgent(o));
+      },
+      ::testing::ExitedWithCode(128 + SIGTERM),
+      "ranks still running 0 s after SIGTERM; killing them");
+}
+
+TEST_F(AgentStopTest, ASignalToTheAgentAfterARankFailedKeepsThatRanksCode) {
+  // Rank 1 fails; rank 0, stopped, passes SIGTERM on to the agent before it exits.
+  const fs::path dir = CaseDir();
+  EXPECT_EXIT(
+      {
+        ::alarm(30);
+        std::exit(RunAgent(Ranks(dir,
+                                 "if [ \"$LOCAL_RANK\" = 0 ]; then\n"
+                                 "  trap 'kill -TERM $PPID; sleep 0.5; exit 0' TERM\n"
+                                 "  touch \"$0/ready-0\"; sleep 600 & wait; exit 0\n"
+                                 "fi\n"
+                                 "while [ ! -f \"$0/ready-0\" ]; do sleep 0.01; done\n"
+                                 "exit 7\n")));
+      },
+      ::testing::ExitedWithCode(7), "");
+}
+
+TEST_F(AgentStopTest, EveryRankIsReapedBeforeTheAgentReturns) {
+  EXPECT_EXIT(
+      {
+        ::alarm(30);
+        const int code = RunAgent(TwoRanksOneFailing());
+        // No child left, exited or not.
+        std::exit(::waitpid(-1, nullptr, WNOHANG) == -1 && errno == ECHILD ? code : 99);
+      },
+      ::testing::ExitedWithCode(7), "");
 }
 
 }  // namespace

@@ -25,8 +25,8 @@ class RunnerStopTest : public ::testing::Test {
   void SetUp() override { GTEST_FLAG_SET(death_test_style, "threadsafe"); }
 };
 
-// Runs, in a directory of its own, two ranks of one worker: rank 1 fails with code 7 at once;
-// rank 0 ignores SIGTERM and stays 8 s (not longer: it holds the death test's pipe). No
+// Runs, in a directory of its own, two ranks of one worker: rank 1 fails with code 7 as soon
+// as rank 0 ignores SIGTERM; rank 0 stays 8 s (not longer: it holds the death test's pipe). No
 // restarts. Returns RunJob's exit code; the run's lines go to stderr, where a death test
 // reads them.
 int RunTwoRanksOneFailing(std::function<void(pid_t, int)> signal_group) {
@@ -45,8 +45,10 @@ int RunTwoRanksOneFailing(std::function<void(pid_t, int)> signal_group) {
          "    spec:\n"
          "      containers:\n"
          "      - name: worker\n"
-         "        command: [sh, -c, 'if [ \"$RANK\" = 1 ]; then exit 7; fi; trap \"\" TERM; "
-         "exec sleep 8']\n"
+         "        command: [sh, -c, 'if [ \"$RANK\" = 1 ]; then while [ ! -f \"$0/ready\" ]; do "
+         "sleep 0.01; done; exit 7; fi; trap \"\" TERM; touch \"$0/ready\"; exec sleep 8', "
+      << dir.string()
+      << "]\n"
          "  runPolicy: {backoffLimit: 0}\n";
   RunOptions o;
   o.file = (dir / "job.yaml").string();

@@ -1,0 +1,585 @@
+// What `tessera run` (RunJob in cli/run/runner.h) makes of its ranks: restarts and the backoff
+// limit, permanent exit codes, which rank is blamed, which ranks are killed and which get the
+// grace period, signals to the runner, the environment each rank gets, and the checks made
+// before anything starts. Every case is a bring-your-own-command job whose ranks run a small
+// sh script; RunJob runs in a child process of its own (it forks ranks, installs signal
+// handlers and becomes a subreaper), with an alarm that turns a hang into a failure. The
+// child's output goes to out.txt in the case's directory, which the test reads afterwards
+// with the run directory's status.json and the summary.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/run/process.h"
+#include "cli/run/runner.h"
+
+namespace tessera::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+std::string ReadFile(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+nlohmann::json ReadJson(const fs::path& path) {
+  return nlohmann::json::parse(ReadFile(path), nullptr, /*allow_exceptions=*/false);
+}
+
+// `NAME=value` lines of a file written by `env`, as a map.
+std::map<std::string, std::string> ReadEnv(const fs::path& path) {
+  std::map<std::string, std::string> env;
+  std::istringstream in(ReadFile(path));
+  for (std::string line; std::getline(in, line);) {
+    const size_t eq = line.find('=');
+    if (eq != std::string::npos)
+      env[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  return env;
+}
+
+// Waits up to 10 s for `path` to exist.
+bool WaitForFile(const fs::path& path) {
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!fs::exists(path)) {
+    if (std::chrono::steady_clock::now() >= deadline)
+      return false;
+    std::this_thread::sleep_for(5ms);
+  }
+  return true;
+}
+
+// One job in a directory of its own (emptied first): `workers` x `procs` ranks, each running
+// `script` with sh, with DIR (the case's directory) in its environment. `spec` is added to
+// the job's spec as YAML lines, indented by two spaces; the default allows no restart.
+struct LocalJob {
+  LocalJob(int workers, int procs, const std::string& script,
+           const std::string& spec = "  runPolicy: {backoffLimit: 0}\n") {
+    dir = fs::path(::testing::TempDir()) /
+          (std::string("runner-outcome-") +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    std::ofstream(dir / "rank.sh") << script;
+    std::ofstream(dir / "job.yaml")
+        << "apiVersion: tessera.dev/v1alpha1\n"
+           "kind: TrainingJob\n"
+           "metadata: {name: local}\n"
+           "spec:\n"
+           "  workers: "
+        << workers << "\n  procsPerWorker: " << procs
+        << "\n"
+           "  template:\n"
+           "    spec:\n"
+           "      containers:\n"
+           "      - name: worker\n"
+           "        command: [sh, "
+        << (dir / "rank.sh").string()
+        << "]\n"
+           "        env: [{name: DIR, value: "
+        << dir.string() << "}, {name: FROM_THE_CONTAINER, value: container}]\n"
+        << spec;
+    options.file = (dir / "job.yaml").string();
+    options.workdir = (dir / "run").string();
+    options.summary_json = (dir / "summary.json").string();
+    options.grace_seconds = 30;
+    options.reap_after_kill_seconds = 5;
+  }
+
+  // RunJob's exit code, from a child process; -1 when it did not exit.
+  int Run(const std::function<void()>& before = nullptr) const {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::alarm(60);
+      const int out = ::open((dir / "out.txt").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      ::dup2(out, STDOUT_FILENO);
+      ::dup2(out, STDERR_FILENO);
+      if (before)
+        before();
+      const int code = RunJob(options);
+      std::fflush(stdout);
+      std::cout.flush();
+      ::_exit(code);
+    }
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+
+  std::string Out() const { return ReadFile(dir / "out.txt"); }
+  nlohmann::json Summary() const { return ReadJson(dir / "summary.json"); }
+  nlohmann::json Status() const { return ReadJson(dir / "run" / "status.json"); }
+  // The exit code status.json gives rank `rank`, -1 when none.
+  int RankExitCode(int rank) const {
+    const nlohmann::json status = Status();
+    for (const auto& r : status["ranks"]) {
+      if (r["rank"] == rank)
+        return r.value("exitCode", -1);
+    }
+    return -1;
+  }
+
+  fs::path dir;
+  RunOptions options;
+};
+
+TEST(RunnerOutcomeTest, AFailingGangIsRestartedUntilTheBackoffLimitThenTheRunFails) {
+  LocalJob job(1, 1, "echo \"$TESSERA_ATTEMPT\" >> \"$DIR/attempts\"; exit 1\n",
+               "  runPolicy: {backoffLimit: 2}\n");
+  EXPECT_EQ(job.Run(), kRunFailed);
+  EXPECT_EQ(ReadFile(job.dir / "attempts"), "0\n1\n2\n");
+  const nlohmann::json s = job.Summary();
+  EXPECT_EQ(s["phase"], "Failed");
+  EXPECT_EQ(s["reason"], "BackoffLimitExceeded");
+  EXPECT_EQ(s["exit_code"], kRunFailed);
+  EXPECT_EQ(s["restarts"], 2);
+  EXPECT_EQ(s["attempts"], 3);
+  EXPECT_EQ(job.Status()["phase"], "Failed");
+}
+
+TEST(RunnerOutcomeTest, AGangThatSucceedsAfterARestartEndsTheRunWithZero) {
+  LocalJob job(1, 2, "[ \"$TESSERA_ATTEMPT\" = 0 ] && [ \"$RANK\" = 1 ] && exit 1\nexit 0\n",
+               "  runPolicy: {backoffLimit: 3}\n");
+  EXPECT_EQ(job.Run(), kRunSucceeded);
+  const nlohmann::json s = job.Summary();
+  EXPECT_EQ(s["phase"], "Succeeded");
+  EXPECT_EQ(s["exit_code"], kRunSucceeded);
+  EXPECT_EQ(s["restarts"], 1);
+  EXPECT_EQ(s["attempts"], 2);
+  EXPECT_EQ(job.Status()["phase"], "Succeeded");
+}
+
+TEST(RunnerOutcomeTest, APermanentExitCodeFailsTheJobAtOnceWithItsOwnExitCode) {
+  LocalJob job(1, 1, "echo \"$TESSERA_ATTEMPT\" >> \"$DIR/attempts\"; exit 42\n",
+               "  runPolicy: {backoffLimit: 3, permanentExitCodes: [42]}\n");
+  EXPECT_EQ(job.Run(), kRunPermanentExit);
+  EXPECT_EQ(ReadFile(job.dir / "attempts"), "0\n");
+  const nlohmann::json s = job.Summary();
+  EXPECT_EQ(s["reason"], "PermanentExitCode");
+  EXPECT_EQ(s["restarts"], 0);
+  EXPECT_NE(s["message"].get<std::string>().find("42"), std::string::npos) << s["message"];
+}
+
+TEST(RunnerOutcomeTest, ARankKilledBySignalNIsReportedWithExitCode128PlusN) {
+  LocalJob job(1, 1, "kill -9 $$\n");
+  EXPECT_EQ(job.Run(), kRunFailed);
+  EXPECT_EQ(job.RankExitCode(0), 137);
+  EXPECT_NE(job.Summary()["message"].get<std::string>().find("137"), std::string::npos);
+  EXPECT_NE(job.Out().find("worker-0 rank 0 (pid "), std::string::npos);
+  EXPECT_NE(job.Out().find(") killed by signal 9 (SIGKILL); last lines of"), std::string::npos)
+      << job.Out();
+}
+
+TEST(RunnerOutcomeTest, TheRankThatFailedFirstIsBlamedNotTheOneKilledBecauseOfIt) {
+  // Rank 0 is killed (137) when rank 1 fails, in a later poll.
+  LocalJob job(1, 2,
+               "if [ \"$RANK\" = 1 ]; then echo line-of-rank-1; exit 4; fi\n"
+               "sleep 30 & wait\n");
+  EXPECT_EQ(job.Run(), kRunFailed);
+  EXPECT_EQ(job.RankExitCode(0), 137);
+  EXPECT_EQ(job.RankExitCode(1), 4);
+  const std::string out = job.Out();
+  EXPECT_NE(out.find("worker-0 rank 1 (pid "), std::string::npos) << out;
+  EXPECT_NE(out.find(") exited with code 4; last lines of"), std::string::npos) << out;
+  EXPECT_NE(out.find("  | line-of-rank-1"), std::string::npos) << out;
+  EXPECT_EQ(out.find("worker-0 rank 0 (pid "), std::string::npos) << out;
+  EXPECT_NE(job.Summary()["message"].get<std::string>().find("exit code 4"), std::string::npos)
+      << job.Summary()["message"];
+}
+
+TEST(RunnerOutcomeTest, ALostPeerIsNotBlamedWhenAnotherRankFailedInTheSamePoll) {
+  // Rank 0 exits 0 at once; when the runner, having reaped it, kills what it left in its
+  // group, the hook lets ranks 1 (exit 6, a lost peer) and 2 (exit 4) go and waits until both
+  // have exited, so that the runner's next poll finds them together.
+  LocalJob job(1, 3,
+               "[ \"$RANK\" = 0 ] && exit 0\n"
+               "echo $$ > \"$DIR/pid-$RANK.tmp\"; mv \"$DIR/pid-$RANK.tmp\" \"$DIR/pid-$RANK\"\n"
+               "while [ ! -f \"$DIR/go\" ]; do sleep 0.01; done\n"
+               "[ \"$RANK\" = 1 ] && exit 6\n"
+               "exit 4\n");
+  const fs::path dir = job.dir;
+  bool released = false;
+  job.options.signal_group = [dir, released](pid_t pgid, int signal) mutable {
+    if (signal == SIGKILL && !released) {
+      released = true;
+      std::ofstream(dir / "go");
+      for (int rank : {1, 2}) {
+        const fs::path pid_file = dir / ("pid-" + std::to_string(rank));
+        if (!WaitForFile(pid_file))
+          break;  // the outcome will show it
+        const pid_t pid = std::stoi(ReadFile(pid_file));
+        siginfo_t info{};
+        const auto deadline = std::chrono::steady_clock::now() + 10s;
+        while (info.si_pid != pid && std::chrono::steady_clock::now() < deadline &&
+               ::waitid(P_PID, pid, &info, WEXITED | WNOHANG | WNOWAIT) == 0) {
+          std::this_thread::sleep_for(5ms);
+        }
+      }
+    }
+    ::kill(-pgid, signal);
+  };
+  EXPECT_EQ(job.Run(), kRunFailed);
+  EXPECT_EQ(job.RankExitCode(1), 6);
+  EXPECT_EQ(job.RankExitCode(2), 4);
+  const std::string out = job.Out();
+  EXPECT_NE(out.find("worker-0 rank 2 (pid "), std::string::npos) << out;
+  EXPECT_EQ(out.find("worker-0 rank 1 (pid "), std::string::npos) << out;
+  EXPECT_NE(job.Summary()["message"].get<std::string>().find("exit code 4"), std::string::npos)
+      << job.Summary()["message"];
+}
+
+// Ranks that wait for SIGTERM: on it they take `delay` seconds (a checkpoint), then leave a
+// file term-<RANK> and exit 0. Each says it is ready (ready-<RANK>) once its trap is set.
+std::string StopsOnSigterm(const std::string& delay) {
+  return "trap 'sleep " + delay +
+         "; echo term > \"$DIR/term-$RANK\"; exit 0' TERM\n"
+         "touch \"$DIR/ready-$RANK\"\n"
+         "sleep 30 & wait\n";
+}
+
+// Waits (at most 10 s) until ready-0 .. ready-<ranks - 1> exist in $DIR.
+std::string WaitForReady(int ranks) {
+  std::string script = "i=0; while [ $i -lt 1000 ]; do n=0\n";
+  for (int r = 0; r < ranks; ++r)
+    script += "  [ -f \"$DIR/ready-" + std::to_string(r) + "\" ] && n=$((n+1))\n";
+  script += "  [ $n = " + std::to_string(ranks) + " ] && break; sleep 0.01; i=$((i+1)); done\n";
+  return script;
+}
+
+TEST(RunnerOutcomeTest, AFailedRankKillsItsWorkersOtherRanksAndTheOtherWorkersGetTheGrace) {
+  // Worker 1 is ranks 2 and 3; in attempt 0 rank 3 fails once the others are ready, and the
+  // gang is stopped for a restart; attempt 1 succeeds.
+  LocalJob job(2, 2,
+               "[ \"$TESSERA_ATTEMPT\" = 1 ] && exit 0\n"
+               "if [ \"$RANK\" = 3 ]; then\n" +
+                   WaitForReady(3) + "  exit 5\nfi\n" + StopsOnSigterm("1"),
+               "  runPolicy: {backoffLimit: 1}\n");
+  EXPECT_EQ(job.Run(), kRunSucceeded);
+  EXPECT_TRUE(fs::exists(job.dir / "term-0"));
+  EXPECT_TRUE(fs::exists(job.dir / "term-1"));
+  EXPECT_FALSE(fs::exists(job.dir / "term-2")) << "rank 2 was asked to stop, not killed";
+  const std::string out = job.Out();
+  EXPECT_NE(out.find("worker-1 rank 3 (pid "), std::string::npos) << out;
+  EXPECT_NE(out.find(") exited with code 5; last lines of"), std::string::npos) << out;
+  EXPECT_EQ(out.find("worker-0 rank"), std::string::npos) << "a stopped worker is no failure";
+}
+
+TEST(RunnerOutcomeTest, ARankOfAnotherWorkerThatIgnoresSigtermIsKilledAfterTheGrace) {
+  // In attempt 0 rank 1 fails and the gang is stopped for a restart; attempt 1 succeeds.
+  LocalJob job(2, 1,
+               "[ \"$TESSERA_ATTEMPT\" = 1 ] && exit 0\n"
+               "if [ \"$RANK\" = 1 ]; then\n" +
+                   WaitForReady(1) +
+                   "  exit 5\nfi\n"
+                   "trap '' TERM; touch \"$DIR/ready-0\"; sleep 30\n",
+               "  runPolicy: {backoffLimit: 1}\n");
+  job.options.grace_seconds = 0.2;
+  EXPECT_EQ(job.Run(), kRunSucceeded);
+  EXPECT_EQ(job.Out().find("still there"), std::string::npos) << job.Out();
+}
+
+TEST(RunnerOutcomeTest, SigtermToTheRunnerGivesEveryRankTheGraceAndExits143) {
+  // Rank 1 sends SIGTERM to the runner, its parent, once rank 0 is ready.
+  LocalJob job(1, 2,
+               "if [ \"$RANK\" = 1 ]; then\n" + WaitForReady(1) +
+                   "  kill -TERM $PPID\n  sleep 30 & wait; exit 0\nfi\n" + StopsOnSigterm("1"));
+  EXPECT_EQ(job.Run(), kRunTerminated);
+  EXPECT_TRUE(fs::exists(job.dir / "term-0")) << "rank 0 was killed before the grace ended";
+  const nlohmann::json s = job.Summary();
+  EXPECT_EQ(s["phase"], "Interrupted");
+  EXPECT_EQ(s["exit_code"], kRunTerminated);
+  EXPECT_EQ(job.Status()["phase"], "Interrupted");
+  EXPECT_EQ(job.Out().find("would not go away"), std::string::npos) << job.Out();
+}
+
+TEST(RunnerOutcomeTest, SigintToTheRunnerExits130) {
+  LocalJob job(1, 1, "kill -INT $PPID; sleep 30 & wait\n");
+  EXPECT_EQ(job.Run(), kRunInterrupted);
+  EXPECT_EQ(job.Summary()["phase"], "Interrupted");
+}
+
+TEST(RunnerOutcomeTest, ARankThatIgnoresSigtermWhenTheRunnerIsStoppedIsKilledAfterTheGrace) {
+  LocalJob job(1, 1, "trap '' TERM; kill -TERM $PPID; sleep 30\n");
+  job.options.grace_seconds = 0.2;
+  // SIGKILL takes half a second to land (a helper process sends it), as for a process with a
+  // lot of memory to give back: the runner waits for it, well within reap_after_kill.
+  job.options.signal_group = [](pid_t pgid, int signal) {
+    if (signal != SIGKILL) {
+      ::kill(-pgid, signal);
+    } else if (::fork() == 0) {
+      ::usleep(500 * 1000);
+      ::kill(-pgid, SIGKILL);
+      ::_exit(0);
+    }
+  };
+  EXPECT_EQ(job.Run(), kRunTerminated);
+  EXPECT_EQ(job.RankExitCode(0), 137);
+  EXPECT_EQ(job.Out().find("still there"), std::string::npos) << job.Out();
+}
+
+TEST(RunnerOutcomeTest, ARankOutlivingSigkillInAGangRestartIsLeftBehindAndTheNextAttemptRuns) {
+  // SIGKILL lost, as for a process stuck in the kernel; in attempt 0 rank 0 ignores SIGTERM
+  // and rank 1 fails; attempt 1 succeeds.
+  LocalJob job(
+      2, 1,
+      "[ \"$TESSERA_ATTEMPT\" = 1 ] && exit 0\n"
+      "if [ \"$RANK\" = 1 ]; then\n" +
+          WaitForReady(1) +
+          "  exit 5\nfi\n"
+          "trap '' TERM; echo $$ > \"$DIR/stuck\"; touch \"$DIR/ready-0\"; exec sleep 30\n",
+      "  runPolicy: {backoffLimit: 1}\n");
+  job.options.grace_seconds = 0.2;
+  job.options.reap_after_kill_seconds = 0.5;
+  job.options.signal_group = [](pid_t pgid, int signal) {
+    if (signal != SIGKILL)
+      ::kill(-pgid, signal);
+  };
+  EXPECT_EQ(job.Run(), kRunSucceeded);
+  const std::string out = job.Out();
+  EXPECT_NE(out.find("warning: rank 0 (pid "), std::string::npos) << out;
+  EXPECT_NE(out.find("is still there 0.5 s after SIGKILL"), std::string::npos) << out;
+  ::kill(-std::stoi(ReadFile(job.dir / "stuck")), SIGKILL);
+}
+
+TEST(RunnerOutcomeTest, ARankExitingWith128WasNotKilledByASignal) {
+  LocalJob job(1, 1, "exit 128\n");
+  EXPECT_EQ(job.Run(), kRunFailed);
+  EXPECT_NE(job.Out().find(") exited with code 128; last lines of"), std::string::npos)
+      << job.Out();
+  EXPECT_NE(
+      job.Summary()["message"].get<std::string>().find("(Error: rank 0 exited with code 128)"),
+      std::string::npos)
+      << job.Summary()["message"];
+}
+
+TEST(RunnerOutcomeTest, ARankThatOutlivesSigkillWhenTheRunnerIsStoppedIsLeftBehindNamed) {
+  // SIGKILL lost, as for a process stuck in the kernel; the rank ignores SIGTERM.
+  LocalJob job(1, 1, "trap '' TERM; kill -TERM $PPID; exec sleep 30\n");
+  job.options.grace_seconds = 0.2;
+  job.options.reap_after_kill_seconds = 0.5;
+  job.options.signal_group = [](pid_t pgid, int signal) {
+    if (signal != SIGKILL)
+      ::kill(-pgid, signal);
+  };
+  EXPECT_EQ(job.Run(), kRunTerminated);
+  const std::string out = job.Out();
+  EXPECT_NE(out.find("warning: rank 0 (pid "), std::string::npos) << out;
+  EXPECT_NE(out.find("is still there 0.5 s after SIGKILL"), std::string::npos) << out;
+  EXPECT_EQ(out.find("would not go away"), std::string::npos) << out;
+  EXPECT_EQ(job.RankExitCode(0), 137);
+  ::kill(-static_cast<pid_t>(job.Status()["ranks"][0]["pid"].get<int>()), SIGKILL);
+}
+
+// A port p such that p .. p + count - 1 are free now.
+int FreePorts(int count) {
+  for (int tries = 0; tries < 100; ++tries) {
+    const int base = FreeLoopbackPort();
+    bool free = base > 0 && base + count - 1 <= 65535;
+    for (int p = base; free && p < base + count; ++p)
+      free = PortIsFree(p);
+    if (free)
+      return base;
+  }
+  return 0;
+}
+
+TEST(RunnerOutcomeTest, EveryRankGetsTheEnvironmentOfItsPlaceInTheGang) {
+  // Ranks of worker 0 wait for worker 1's, which the job's success would otherwise stop.
+  LocalJob job(2, 2,
+               "env > \"$DIR/env-$RANK.tmp\"; mv \"$DIR/env-$RANK.tmp\" \"$DIR/env-$RANK\"\n"
+               "[ \"$GROUP_RANK\" = 0 ] && while [ ! -f \"$DIR/env-2\" ] || [ ! -f "
+               "\"$DIR/env-3\" ]; do sleep 0.01; done\n"
+               "exit 0\n");
+  job.options.metrics_port = FreePorts(4);
+  ASSERT_GT(job.options.metrics_port, 0);
+  EXPECT_EQ(job.Run([] { ::unsetenv("OMP_NUM_THREADS"); }), kRunSucceeded);
+  cpu_set_t cpus;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(cpus), &cpus), 0);
+  const std::string threads = std::to_string(std::max(1, CPU_COUNT(&cpus) / 4));
+  std::string master_port;
+  for (int rank = 0; rank < 4; ++rank) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    std::map<std::string, std::string> env = ReadEnv(job.dir / ("env-" + std::to_string(rank)));
+    EXPECT_EQ(env["RANK"], std::to_string(rank));
+    EXPECT_EQ(env["LOCAL_RANK"], std::to_string(rank % 2));
+    EXPECT_EQ(env["LOCAL_WORLD_SIZE"], "2");
+    EXPECT_EQ(env["GROUP_RANK"], std::to_string(rank / 2));
+    EXPECT_EQ(env["TESSERA_NODE_RANK"], std::to_string(rank / 2));
+    EXPECT_EQ(env["WORLD_SIZE"], "4");
+    EXPECT_EQ(env["TESSERA_ATTEMPT"], "0");
+    EXPECT_EQ(env["TESSERA_NAMESPACE"], "default");
+    EXPECT_EQ(env["TESSERA_COMM_HOST"], "127.0.0.1");
+    EXPECT_EQ(env["TESSERA_METRICS_PORT"], std::to_string(job.options.metrics_port + rank));
+    EXPECT_EQ(env["TESSERA_CHECKPOINT_DIR"], "");
+    EXPECT_EQ(env["MASTER_ADDR"], "127.0.0.1");
+    EXPECT_EQ(env["PET_MASTER_PORT"], env["MASTER_PORT"]);
+    EXPECT_EQ(env["FROM_THE_CONTAINER"], "container");
+    EXPECT_EQ(env["OMP_NUM_THREADS"], threads);
+    if (rank == 0)
+      master_port = env["MASTER_PORT"];
+    EXPECT_EQ(env["MASTER_PORT"], master_port) << "one master for the whole gang";
+  }
+  EXPECT_NE(master_port, "29500") << "a free port, not the pod's";
+}
+
+TEST(RunnerOutcomeTest, ARanksThreadsAreTheUsersWhenOmpNumThreadsIsSetElseTheCoresShared) {
+  LocalJob job(1, 1, "echo \"$OMP_NUM_THREADS\" > \"$DIR/threads\"\n");
+  EXPECT_EQ(job.Run([] { ::setenv("OMP_NUM_THREADS", "3", 1); }), kRunSucceeded);
+  EXPECT_EQ(ReadFile(job.dir / "threads"), "3\n");
+  // Unset, one rank gets every usable core.
+  EXPECT_EQ(job.Run([] { ::unsetenv("OMP_NUM_THREADS"); }), kRunSucceeded);
+  cpu_set_t cpus;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(cpus), &cpus), 0);
+  EXPECT_EQ(ReadFile(job.dir / "threads"), std::to_string(CPU_COUNT(&cpus)) + "\n");
+}
+
+TEST(RunnerOutcomeTest, ARankThatCannotStartFailsTheAttemptWithExitCode127) {
+  // Its log file is a directory (kept by --resume), so it cannot be opened.
+  LocalJob job(1, 1, "exit 0\n");
+  fs::create_directories(job.dir / "run" / "logs" / "worker-0-rank-0.log");
+  job.options.resume = true;
+  EXPECT_EQ(job.Run(), kRunFailed);
+  EXPECT_NE(job.Out().find("worker-0 rank 0: cannot start: "), std::string::npos) << job.Out();
+  EXPECT_EQ(job.RankExitCode(0), 127);
+}
+
+TEST(RunnerOutcomeTest, RunningRanksAreReadySoTheStartupTimeoutDoesNotEndTheRun) {
+  // Running ranks are ready: the job runs past its 1 s startup timeout and succeeds.
+  LocalJob job(1, 1, "sleep 2; exit 0\n",
+               "  runPolicy: {backoffLimit: 0}\n  scheduling: {startupTimeoutSeconds: 1}\n");
+  EXPECT_EQ(job.Run(), kRunSucceeded);
+}
+
+TEST(RunnerOutcomeTest, RunningAgainWithoutResumeStartsNewLogsAndResumeKeepsThem) {
+  LocalJob job(1, 1, "echo ran\n");
+  const fs::path log = job.dir / "run" / "logs" / "worker-0-rank-0.log";
+  ASSERT_EQ(job.Run(), kRunSucceeded);
+  std::ofstream(job.dir / "run" / "logs" / "old.log") << "old\n";
+  ASSERT_EQ(job.Run(), kRunSucceeded);
+  EXPECT_EQ(ReadFile(log), "==== tessera run: attempt 0, worker 0, rank 0 ====\nran\n");
+  EXPECT_FALSE(fs::exists(job.dir / "run" / "logs" / "old.log"));
+  job.options.resume = true;
+  ASSERT_EQ(job.Run(), kRunSucceeded);
+  EXPECT_EQ(ReadFile(log),
+            "==== tessera run: attempt 0, worker 0, rank 0 ====\nran\n"
+            "==== tessera run: attempt 0, worker 0, rank 0 ====\nran\n");
+}
+
+TEST(RunnerOutcomeTest, ASummaryThatCannotBeWrittenFailsASucceededRun) {
+  LocalJob job(1, 1, "exit 0\n");
+  fs::create_directories(job.dir / "summary.json");  // a directory: not writable as a file
+  EXPECT_EQ(job.Run(), kRunFailed);
+  EXPECT_NE(job.Out().find("cannot write the summary"), std::string::npos) << job.Out();
+}
+
+TEST(RunnerOutcomeTest, ARunDirectoryInUseIsRefusedBeforeAnythingStarts) {
+  LocalJob job(1, 1, "touch \"$DIR/ran\"\n");
+  fs::create_directories(job.dir / "run");
+  const int lock = ::open((job.dir / "run" / ".lock").c_str(), O_RDWR | O_CREAT, 0644);
+  ASSERT_EQ(::flock(lock, LOCK_EX | LOCK_NB), 0);
+  EXPECT_EQ(job.Run(), kRunBadConfig);
+  ::close(lock);
+  EXPECT_NE(job.Out().find("another tessera run is using this run directory"), std::string::npos);
+  EXPECT_FALSE(fs::exists(job.dir / "ran"));
+}
+
+// The checks before anything starts: each refused with exit code 2 and one line naming it.
+TEST(RunnerOutcomeTest, WhatCannotRunIsRefusedBeforeAnythingStarts) {
+  struct Case {
+    std::string name;
+    std::string command;  // command[0] of the worker container
+    std::string extra;    // more spec lines
+    std::string says;
+  };
+  const Case cases[] = {
+      {"a missing path", "./no-such-program", "", "./no-such-program: no such file"},
+      {"a directory", "/tmp", "", "/tmp: not an executable file"},
+      {"a name not on PATH", "no-such-program-on-path", "",
+       "no-such-program-on-path: not found in PATH"},
+      {"a suspended job", "sh", "  suspend: true\n", "spec.suspend is true"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    LocalJob job(1, 1, "touch \"$DIR/ran\"\n", "  runPolicy: {backoffLimit: 0}\n" + c.extra);
+    std::string yaml = ReadFile(job.options.file);
+    yaml.replace(yaml.find("command: [sh, "), std::string("command: [sh").size(),
+                 "command: [" + c.command);
+    std::ofstream(job.options.file) << yaml;
+    EXPECT_EQ(job.Run(), kRunBadConfig);
+    EXPECT_NE(job.Out().find(c.says), std::string::npos) << job.Out();
+    EXPECT_FALSE(fs::exists(job.dir / "ran"));
+  }
+}
+
+TEST(RunnerOutcomeTest, ASummaryInAMissingDirectoryOrUnderAFileIsRefusedBeforeAnythingStarts) {
+  LocalJob job(1, 1, "touch \"$DIR/ran\"\n");
+  job.options.summary_json = (job.dir / "missing" / "summary.json").string();
+  EXPECT_EQ(job.Run(), kRunBadConfig);
+  EXPECT_NE(job.Out().find("does not exist or is not writable"), std::string::npos) << job.Out();
+  EXPECT_FALSE(fs::exists(job.dir / "ran"));
+  std::ofstream(job.dir / "a-file") << "not a directory\n";
+  job.options.summary_json = (job.dir / "a-file" / "summary.json").string();
+  EXPECT_EQ(job.Run(), kRunBadConfig);
+  EXPECT_FALSE(fs::exists(job.dir / "ran"));
+}
+
+TEST(RunnerOutcomeTest, AMetricsPortRangeInUseOrPast65535IsRefused) {
+  LocalJob job(1, 2, "touch \"$DIR/ran\"\n");
+  // Rank 1's port is taken.
+  const int base = FreePorts(2);
+  ASSERT_GT(base, 0);
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = htons(static_cast<uint16_t>(base + 1));
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(fd, 1), 0);
+  job.options.metrics_port = base;
+  EXPECT_EQ(job.Run(), kRunBadConfig);
+  ::close(fd);
+  EXPECT_NE(job.Out().find("port " + std::to_string(base + 1) + " (rank 1) is in use"),
+            std::string::npos)
+      << job.Out();
+  // Two ranks from 65535 pass 65535.
+  job.options.metrics_port = 65535;
+  EXPECT_EQ(job.Run(), kRunBadConfig);
+  EXPECT_NE(job.Out().find("past 65535; choose a port of at most 65534"), std::string::npos)
+      << job.Out();
+  EXPECT_FALSE(fs::exists(job.dir / "ran"));
+}
+
+TEST(RunnerOutcomeTest, TheHighestPortsAreAcceptedForTheMetrics) {
+  if (!PortIsFree(65534) || !PortIsFree(65535))
+    GTEST_SKIP() << "ports 65534 and 65535 are in use on this machine";
+  LocalJob job(1, 2, "echo \"$TESSERA_METRICS_PORT\" > \"$DIR/port-$RANK\"\n");
+  job.options.metrics_port = 65534;
+  EXPECT_EQ(job.Run(), kRunSucceeded) << job.Out();
+  EXPECT_EQ(ReadFile(job.dir / "port-1"), "65535\n");
+}
+
+}  // namespace
+}  // namespace tessera::cli
