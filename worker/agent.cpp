@@ -58,7 +58,8 @@ struct Child {
 };
 
 pid_t Start(const std::vector<std::string>& command,
-            const std::vector<std::pair<std::string, std::string>>& env) {
+            const std::vector<std::pair<std::string, std::string>>& env,
+            const std::function<void()>& in_rank_after_fork) {
   std::vector<std::string> args = command;
   std::vector<char*> argv;
   for (std::string& a : args)
@@ -81,6 +82,8 @@ pid_t Start(const std::vector<std::string>& command,
       ::setpgid(pid, pid);
     return pid;
   }
+  if (in_rank_after_fork)
+    in_rank_after_fork();
   ::setpgid(0, 0);  // its own group, so a signal reaches whatever it starts too
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != parent)
@@ -147,7 +150,7 @@ int RunAgent(const AgentOptions& options) {
       env.emplace_back("TESSERA_METRICS_PORT", std::to_string(*metrics_port + local));
     if (pin_gpus)
       env.emplace_back("CUDA_VISIBLE_DEVICES", std::to_string(local));
-    c.pid = Start(options.command, env);
+    c.pid = Start(options.command, env, options.in_rank_after_fork);
     if (c.pid < 0) {
       std::fprintf(stderr, "tessera-worker agent: cannot start rank %d: %s\n", c.rank,
                    std::strerror(errno));

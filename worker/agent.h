@@ -31,6 +31,9 @@ struct AgentOptions {
   std::function<int(pid_t, int)> send_signal = [](pid_t pid, int signal) {
     return ::kill(pid, signal);
   };
+  // Tests only: runs in each rank's process just after fork, while it still has the agent's
+  // signal handlers (a SIGTERM raised there must still stop the rank, not be lost).
+  std::function<void()> in_rank_after_fork;
 };
 
 // Runs the ranks to the end and returns the agent's exit code: 0 when every rank exited 0,

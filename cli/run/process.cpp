@@ -67,6 +67,8 @@ pid_t StartProcessGroup(const ProcessSpec& spec, std::string* error) {
     return -1;
   }
   if (pid == 0) {
+    if (spec.in_child_after_fork)
+      spec.in_child_after_fork();
     ::setpgid(0, 0);
     ::prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (::getppid() != parent)

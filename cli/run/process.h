@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -17,6 +18,9 @@ struct ProcessSpec {
   // Added to (and overriding) the runner's own environment.
   std::vector<std::pair<std::string, std::string>> env;
   std::string log_path;  // stdout and stderr are appended here; stdin is /dev/null
+  // Tests only: runs in the new process just after fork, while it still has the runner's
+  // signal handlers (a SIGTERM raised there must still stop it, not be lost).
+  std::function<void()> in_child_after_fork;
 };
 
 // Starts `spec` as the leader of a new process group (pgid == pid). The child also gets

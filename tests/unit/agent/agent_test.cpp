@@ -270,6 +270,22 @@ TEST_F(AgentStopTest, TheAgentExitsWithTheFailedRanksCodeAndSaysWhichRank) {
   }
 }
 
+// A SIGTERM that reaches a rank between fork and exec (the agent forwarding the kubelet's at
+// that moment) stops it: it once ran the agent's handler in the new process and was lost, and
+// the rank ran on (here it would have exited 0) until SIGKILL after the grace.
+TEST_F(AgentStopTest, ASigtermThatReachesARankBeforeItsExecStopsIt) {
+  const fs::path dir = CaseDir();
+  EXPECT_EXIT(
+      {
+        ::alarm(30);
+        AgentOptions o = Ranks(dir, "exit 0\n", 1);
+        o.in_rank_after_fork = [] { ::raise(SIGTERM); };
+        std::exit(RunAgent(o));
+      },
+      ::testing::ExitedWithCode(128 + SIGTERM), "");
+  EXPECT_EQ(ReadFile(dir / "termination-log"), "rank 0 was killed by signal 15 (Terminated)");
+}
+
 TEST_F(AgentStopTest, ACommandThatCannotBeExecutedFailsTheRankWithCode127) {
   const fs::path dir = CaseDir();
   EXPECT_EXIT(

@@ -189,6 +189,25 @@ TEST_F(ProcessTest, NoCommandOrAnUnwritableLogIsAnErrorAndNothingStarts) {
   EXPECT_FALSE(fs::exists(dir_ / "ran"));
 }
 
+// A SIGTERM that reaches a rank between fork and exec (the runner stopping the gang at that
+// moment) stops it: it once ran the runner's handler in the new process and was lost, and the
+// rank ran on (here it would have exited 0).
+TEST_F(ProcessTest, ASigtermThatReachesTheProcessBeforeItsExecStopsIt) {
+  struct sigaction count {};
+  count.sa_handler = [](int) {};  // the runner's handler only notes the signal
+  struct sigaction old_term {};
+  ::sigaction(SIGTERM, &count, &old_term);
+  ProcessSpec spec;
+  spec.argv = {"sh", "-c", "exit 0"};
+  spec.log_path = Log().string();
+  spec.in_child_after_fork = [] { ::raise(SIGTERM); };
+  std::string error;
+  const pid_t pid = StartProcessGroup(spec, &error);
+  ::sigaction(SIGTERM, &old_term, nullptr);
+  ASSERT_GT(pid, 0) << error;
+  EXPECT_EQ(WaitForExit(pid), 128 + SIGTERM);
+}
+
 TEST_F(ProcessTest, ExitCodesAreReapedAsTheyAreAndSignalNAs128PlusN) {
   const pid_t exits = StartShell("exit 3");
   const pid_t killed = StartShell("kill -9 $$");
