@@ -299,7 +299,10 @@ class Agent {
       env = Environment(pod, *c, mounts, r.termination_log, &error);
     }
     if (error.empty()) {
-      tessera::cli::ProcessSpec spec{.argv = argv, .env = env, .log_path = r.log};
+      tessera::cli::ProcessSpec spec;
+      spec.argv = argv;
+      spec.env = env;
+      spec.log_path = r.log;
       r.pid = tessera::cli::StartProcessGroup(spec, &error);
     }
     if (!error.empty() || r.pid < 0) {
