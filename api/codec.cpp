@@ -384,10 +384,6 @@ void CheckDocumentsAdvance(const std::string& text) {
   }
 }
 
-}  // namespace
-
-namespace {
-
 // Reads `in` to its end or to one byte past kMaxJobFileBytes, whichever comes first, so an
 // endless input (/dev/zero, a stream that never ends) is refused instead of read forever.
 bool ReadAtMost(std::istream& in, std::string* text) {

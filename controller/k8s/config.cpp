@@ -257,8 +257,8 @@ Result<ClientConfig, std::string> LoadKubeconfig(const std::filesystem::path& pa
                                                  const std::string& context) {
   auto content = ReadFile(path);
   if (!content)
-    return "cannot read kubeconfig " + path.string() +
-           " (missing, unreadable or over 16 MiB); check --kubeconfig";
+    return "cannot read kubeconfig " + path.string() + " (missing, unreadable or over " +
+           std::to_string(kMaxConfigFileBytes >> 20) + " MiB); check --kubeconfig";
   return ParseKubeconfig(*content, path.parent_path(), context, path.string());
 }
 

@@ -19,6 +19,7 @@
 #include <string>
 #include <thread>
 
+#include "tests/unit/test_files.h"
 #include "worker/agent.h"
 
 namespace tessera::worker {
@@ -26,25 +27,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
-
-std::string ReadFile(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-// `NAME=value` lines of a file written by `env`, as a map.
-std::map<std::string, std::string> ReadEnv(const fs::path& path) {
-  std::map<std::string, std::string> env;
-  std::istringstream in(ReadFile(path));
-  for (std::string line; std::getline(in, line);) {
-    const size_t eq = line.find('=');
-    if (eq != std::string::npos)
-      env[line.substr(0, eq)] = line.substr(eq + 1);
-  }
-  return env;
-}
+using testing::ReadEnv;
+using testing::ReadFile;
 
 class AgentStopTest : public ::testing::Test {
  protected:

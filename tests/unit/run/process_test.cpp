@@ -21,18 +21,14 @@
 #include <string>
 #include <thread>
 
+#include "tests/unit/test_files.h"
+
 namespace tessera::cli {
 namespace {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
-
-std::string ReadFile(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using testing::ReadFile;
 
 class ProcessTest : public ::testing::Test {
  protected:

@@ -31,34 +31,18 @@
 
 #include "cli/run/process.h"
 #include "cli/run/runner.h"
+#include "tests/unit/test_files.h"
 
 namespace tessera::cli {
 namespace {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
-
-std::string ReadFile(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using testing::ReadEnv;
+using testing::ReadFile;
 
 nlohmann::json ReadJson(const fs::path& path) {
   return nlohmann::json::parse(ReadFile(path), nullptr, /*allow_exceptions=*/false);
-}
-
-// `NAME=value` lines of a file written by `env`, as a map.
-std::map<std::string, std::string> ReadEnv(const fs::path& path) {
-  std::map<std::string, std::string> env;
-  std::istringstream in(ReadFile(path));
-  for (std::string line; std::getline(in, line);) {
-    const size_t eq = line.find('=');
-    if (eq != std::string::npos)
-      env[line.substr(0, eq)] = line.substr(eq + 1);
-  }
-  return env;
 }
 
 // Waits up to 10 s for `path` to exist.
