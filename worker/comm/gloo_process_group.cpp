@@ -23,6 +23,7 @@
 #include <mutex>
 #include <thread>
 
+#include "worker/comm/gloo_work.h"
 #include "worker/comm/liveness.h"
 #include "worker/comm/shm_allreduce.h"
 
@@ -103,61 +104,9 @@ void DivideBy(T* data, size_t n, int size) {
     data[i] = static_cast<T>(data[i] / static_cast<T>(size));
 }
 
-std::string Secs(milliseconds d) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.1fs", static_cast<double>(d.count()) / 1000.0);
-  return buf;
-}
+std::string Secs(milliseconds d) { return detail::GlooWork::Seconds(d); }
 
-// The outcome of one operation, shared by the caller's handle and the executor.
-class GlooWork : public Work {
- public:
-  GlooWork(std::string what, milliseconds timeout) : what_(std::move(what)), timeout_(timeout) {}
-
-  void wait() override {
-    std::unique_lock<std::mutex> lock(mu_);
-    // An operation that has not started is queued behind others, each bounded by the
-    // timeout. Once started, Gloo's own timeout ends it; this deadline (twice that, plus a
-    // margin) is only a last resort against a transport that ignored it.
-    cv_.wait(lock, [&] { return done_ || started_; });
-    if (!done_ &&
-        !cv_.wait_until(lock, start_ + 2 * timeout_ + milliseconds(2000), [&] { return done_; })) {
-      done_ = true;
-      error_ = what_ + " timed out after " + Secs(timeout_) + " (TESSERA_COMM_TIMEOUT)";
-    }
-    if (!error_.empty())
-      throw CommError(error_);
-  }
-  bool completed() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return done_;
-  }
-  void Start() {
-    std::lock_guard<std::mutex> lock(mu_);
-    started_ = true;
-    start_ = Clock::now();
-    cv_.notify_all();
-  }
-  void Finish(const std::string& error) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (done_)
-      return;
-    done_ = true;
-    error_ = error;
-    cv_.notify_all();
-  }
-  const std::string& what() const { return what_; }
-
- private:
-  const std::string what_;
-  const milliseconds timeout_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool started_ = false;
-  bool done_ = false;
-  Clock::time_point start_;
-  std::string error_;
-};
+using detail::GlooWork;
 
 // A send or receive: posted at once, completed by the caller's wait().
 class GlooP2PWork : public Work {
@@ -469,7 +418,12 @@ class GlooProcessGroup : public ProcessGroup {
   }
 
   std::shared_ptr<Work> Enqueue(std::string what, std::function<void()> fn) {
-    auto work = std::make_shared<GlooWork>(std::move(what), core_->timeout);
+    std::weak_ptr<Core> weak = core_;
+    auto work = std::make_shared<GlooWork>(std::move(what), core_->timeout,
+                                           [weak](const std::string& error) {
+                                             if (auto c = weak.lock())
+                                               c->Break(error);
+                                           });
     std::unique_lock<std::mutex> lock(core_->mu);
     if (!core_->broken.empty()) {
       lock.unlock();

@@ -306,6 +306,11 @@ Status CheckpointStore::Commit(const CheckpointMeta& meta) {
   return Status::Ok();
 }
 
+void CheckpointStore::Abandon(int64_t step) {
+  std::error_code ec;
+  fs::remove_all(StepDir(step) + kTmpSuffix, ec);
+}
+
 Status CheckpointStore::Save(
     CheckpointMeta meta,
     const std::vector<std::pair<std::string, std::vector<ShardTensor>>>& shards) {
@@ -315,11 +320,16 @@ Status CheckpointStore::Save(
   int rank = 0;
   for (const auto& [name, tensors] : shards) {
     CheckpointFile file;
-    if (Status st = WriteShard(meta.step, rank++, name, tensors, &file); !st.ok())
+    if (Status st = WriteShard(meta.step, rank++, name, tensors, &file); !st.ok()) {
+      Abandon(meta.step);
       return st;
+    }
     meta.files.push_back(std::move(file));
   }
-  return Commit(meta);
+  Status committed = Commit(meta);
+  if (!committed.ok())
+    Abandon(meta.step);
+  return committed;
 }
 
 std::vector<int64_t> CheckpointStore::CompleteSteps() const {

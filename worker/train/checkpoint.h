@@ -71,7 +71,7 @@ class CheckpointStore {
   // here) under step-<meta.step>.tmp/, syncs them, and renames the directory to
   // step-<meta.step>/. An existing step-<N>/ is never overwritten (kCheckpointRefused); a
   // stale step-<N>.tmp/ from a crashed writer is replaced. I/O failures are kIoError naming
-  // the path.
+  // the path, and leave no step-<N>.tmp/ behind.
   Status Save(CheckpointMeta meta,
               const std::vector<std::pair<std::string, std::vector<ShardTensor>>>& shards);
 
@@ -83,6 +83,10 @@ class CheckpointStore {
   Status WriteShard(int64_t step, int rank, const std::string& name,
                     const std::vector<ShardTensor>& tensors, CheckpointFile* out);
   Status Commit(const CheckpointMeta& meta);
+  // Deletes step-<step>.tmp/ after a failed WriteShard or Commit, so that a checkpoint that
+  // ran out of space gives the space back at once (best effort: nothing to report if it
+  // cannot). A complete step-<step>/ is never touched.
+  void Abandon(int64_t step);
 
   // Deletes all but the newest `keep` step directories, and any .tmp directory older than the
   // newest complete checkpoint.

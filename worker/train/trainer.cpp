@@ -754,8 +754,13 @@ Status Trainer::Impl::SaveShardedCheckpoint(const CheckpointMeta& meta) {
     }
     if (!written.ok())
       committed = written;
-    if (committed.ok())
+    if (committed.ok()) {
       committed = store->Commit(full);
+      if (!committed.ok())
+        store->Abandon(meta.step);
+    } else {
+      store->Abandon(meta.step);  // every rank is past its write (the all-gather above)
+    }
     if (committed.ok())
       committed = store->Prune(config.checkpoint.keep);
   } else if (!written.ok()) {

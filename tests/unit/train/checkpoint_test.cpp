@@ -365,6 +365,43 @@ TEST_F(CheckpointTest, StaleTemporaryOfTheSameStepIsReplaced) {
   EXPECT_FALSE(fs::exists(root_ / "step-10.tmp"));
 }
 
+// A checkpoint whose write fails (a full disk, here a shard path that cannot be opened) gives
+// its space back at once: no step-<N>.tmp/ stays, and the checkpoint before it is untouched.
+TEST_F(CheckpointTest, AFailedWriteLeavesNoTemporaryBehind) {
+  CheckpointStore store(root_.string());
+  ASSERT_TRUE(SaveStep(store, 10).ok());
+  const std::vector<float> params = {1.0f};
+  const Status st = store.Save(Meta(20), {{"rank-00000.bin", {{"params", params}}},
+                                          {"no-such-dir/rank-00001.bin", {{"params", params}}}});
+  EXPECT_EQ(st.code(), ExitCode::kIoError);
+  EXPECT_NE(st.message().find("no-such-dir/rank-00001.bin: cannot write"), std::string::npos)
+      << st.message();
+  EXPECT_FALSE(fs::exists(root_ / "step-20.tmp"));
+  EXPECT_FALSE(fs::exists(root_ / "step-20"));
+  EXPECT_EQ(store.NewestComplete(), 10);
+  CheckpointMeta meta;
+  EXPECT_TRUE(store.ReadMeta(10, &meta).ok());
+}
+
+// Abandon (what rank 0 calls when any rank's shard or the commit failed) deletes only the
+// temporary directory of its step.
+TEST_F(CheckpointTest, AbandonDeletesOnlyTheTemporaryOfItsStep) {
+  CheckpointStore store(root_.string());
+  ASSERT_TRUE(SaveStep(store, 10).ok());
+  ASSERT_TRUE(store.Begin(20).ok());
+  ASSERT_TRUE(store.Begin(30).ok());
+  const std::vector<float> params = {1.0f};
+  CheckpointFile file;
+  ASSERT_TRUE(store.WriteShard(20, 0, "rank-00000.bin", {{"params", params}}, &file).ok());
+  store.Abandon(20);
+  EXPECT_FALSE(fs::exists(root_ / "step-20.tmp"));
+  EXPECT_TRUE(fs::exists(root_ / "step-30.tmp"));
+  store.Abandon(10);  // complete: not a temporary
+  EXPECT_TRUE(fs::exists(root_ / "step-10" / "meta.json"));
+  store.Abandon(40);  // nothing there: nothing to do
+  EXPECT_EQ(store.CompleteSteps(), std::vector<int64_t>{10});
+}
+
 TEST_F(CheckpointTest, PruneKeepsTheNewestN) {
   struct Case {
     int keep;
