@@ -104,7 +104,9 @@ void DivideBy(T* data, size_t n, int size) {
     data[i] = static_cast<T>(data[i] / static_cast<T>(size));
 }
 
-std::string Secs(milliseconds d) { return detail::GlooWork::Seconds(d); }
+std::string Secs(milliseconds d) {
+  return detail::GlooWork::Seconds(d);
+}
 
 using detail::GlooWork;
 

@@ -41,8 +41,7 @@ class GlooWork : public Work {
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return done_ || started_; });
-      if (!done_ &&
-          !cv_.wait_until(lock, start_ + 2 * timeout_ + margin_, [&] { return done_; })) {
+      if (!done_ && !cv_.wait_until(lock, start_ + 2 * timeout_ + margin_, [&] { return done_; })) {
         done_ = true;
         abandoned = true;
         error_ = what_ + " timed out after " + Seconds(timeout_) +
