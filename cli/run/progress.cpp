@@ -30,6 +30,45 @@ std::optional<api::ProgressDocument> FetchProgress(int port, int timeout_ms) {
   return api::DecodeProgressJson(*body);
 }
 
+void ProgressTracker::Record(const api::ProgressDocument& report, int64_t attempt,
+                             Clock::time_point now) {
+  if (attempt_ != attempt) {
+    attempt_ = attempt;
+    rate_origin_.reset();
+  }
+  if (!rate_origin_ && report.step > 0)
+    rate_origin_ = Origin{now, report.step};
+  // A resumed attempt reports the checkpoint's step, with no throughput, until it trains one.
+  if (report.step > 0 && report.tokens_per_second > 0 && report.step != last_counted_step_) {
+    last_counted_step_ = report.step;
+    tokens_per_second_sum_ += report.tokens_per_second;
+    ++tokens_per_second_count_;
+  }
+  latest_ = report;
+  latest_at_ = now;
+}
+
+void ProgressTracker::Restarted() {
+  latest_.reset();
+}
+
+std::optional<double> ProgressTracker::EtaSeconds() const {
+  if (!latest_ || !rate_origin_ || latest_->step <= rate_origin_->step)
+    return std::nullopt;
+  // Both ends of the interval are reports: the steps and the seconds are measured alike.
+  const double rate = static_cast<double>(latest_->step - rate_origin_->step) /
+                      std::chrono::duration<double>(latest_at_ - rate_origin_->at).count();
+  if (rate <= 0)
+    return std::nullopt;
+  return (latest_->total_steps - latest_->step) / rate;
+}
+
+std::optional<double> ProgressTracker::MeanTokensPerSecond() const {
+  if (tokens_per_second_count_ <= 0)
+    return std::nullopt;
+  return tokens_per_second_sum_ / tokens_per_second_count_;
+}
+
 std::string FormatDuration(double seconds) {
   const int64_t s = static_cast<int64_t>(std::llround(std::max(0.0, seconds)));
   if (s >= 3600)

@@ -265,15 +265,9 @@ class LocalRun {
   std::vector<pid_t> all_groups_;  // every rank's process group, of every attempt
   std::set<pid_t> left_behind_;    // ranks stuck in the kernel (LeaveBehindTheRunning)
   Clock::time_point started_ = Clock::now();
-  // Rank 0's /progress: the latest report, and for the ETA the first report of the attempt.
-  std::optional<api::ProgressDocument> progress_;
-  int64_t progress_attempt_ = -1;
-  std::optional<std::pair<Clock::time_point, int64_t>> rate_origin_;
+  ProgressTracker progress_;  // rank 0's /progress
   Clock::time_point next_poll_ = Clock::now();
   Clock::time_point next_line_ = Clock::now();
-  double tokens_per_second_sum_ = 0;
-  int64_t tokens_per_second_count_ = 0;
-  int64_t last_counted_step_ = -1;
   bool bar_shown_ = false;
   bool checkpoint_advice_given_ = false;
   std::string last_status_json_;
@@ -364,8 +358,9 @@ lifecycle::Observation LocalRun::Observe() {
     }
     obs.workers.push_back(std::move(w));
   }
-  if (progress_ && progress_attempt_ == status_.attempt)
-    obs.progress = lifecycle::Observation::ProgressReport{progress_attempt_, progress_->step};
+  if (progress_.latest() && progress_.attempt() == status_.attempt)
+    obs.progress =
+        lifecycle::Observation::ProgressReport{progress_.attempt(), progress_.latest()->step};
   return obs;
 }
 
@@ -384,33 +379,18 @@ void LocalRun::PollProgress() {
       FetchProgress(zero.ranks[0].metrics_port, 500);
   if (!report)
     return;
-  if (progress_attempt_ != zero.attempt) {
-    progress_attempt_ = zero.attempt;
-    rate_origin_.reset();
-  }
-  if (!rate_origin_ && report->step > 0)
-    rate_origin_ = {Clock::now(), report->step};
-  if (report->step > 0 && report->step != last_counted_step_) {
-    last_counted_step_ = report->step;
-    tokens_per_second_sum_ += report->tokens_per_second;
-    ++tokens_per_second_count_;
-  }
-  progress_ = report;
+  progress_.Record(*report, zero.attempt, Clock::now());
 }
 
 void LocalRun::ShowProgress(bool force_line) {
-  if (!progress_ || progress_->step == 0)
+  const std::optional<api::ProgressDocument>& latest = progress_.latest();
+  if (!latest || latest->step == 0)
     return;  // nothing trained yet (loading data, building the model)
   ProgressView view;
-  view.report = *progress_;
+  view.report = *latest;
   view.attempt = status_.attempt;
   view.restarts = status_.restarts;
-  if (rate_origin_ && progress_->step > rate_origin_->second) {
-    const double rate =
-        (progress_->step - rate_origin_->second) / SecondsSince(rate_origin_->first);
-    if (rate > 0)
-      view.eta_seconds = (progress_->total_steps - progress_->step) / rate;
-  }
+  view.eta_seconds = progress_.EtaSeconds();
   if (tty_ && !force_line) {
     std::cerr << "\r" << FormatProgressBar(view, TerminalWidth() - 1) << "\x1b[K" << std::flush;
     bar_shown_ = true;
@@ -707,27 +687,29 @@ Summary LocalRun::BuildSummary(int exit_code, const std::string& phase, const st
   s.restarts = status_.restarts;
   s.attempts = status_.attempt + 1;
   s.run_dir = run_dir_.string();
-  if (progress_) {
-    s.steps = progress_->step;
-    s.total_steps = progress_->total_steps;
-    s.train_loss = progress_->loss;
-    s.val_loss = progress_->val_loss;
+  if (const std::optional<api::ProgressDocument>& latest = progress_.latest()) {
+    s.steps = latest->step;
+    s.total_steps = latest->total_steps;
+    s.train_loss = latest->loss;
+    s.val_loss = latest->val_loss;
   }
-  if (tokens_per_second_count_ > 0)
-    s.tokens_per_second = tokens_per_second_sum_ / tokens_per_second_count_;
+  s.tokens_per_second = progress_.MeanTokensPerSecond();
   if (trainer_) {
     s.total_steps = trainer_->schedule.steps;
-    // The newest checkpoint holds the exact losses of the last step trained.
+    // The newest checkpoint, where the run can resume from, holds the exact losses of its
+    // step: the last step trained unless the run went on past it.
     if (!trainer_->checkpoint.dir.empty()) {
       train::CheckpointStore store(trainer_->checkpoint.dir);
       train::CheckpointMeta meta;
       if (const std::optional<int64_t> step = store.NewestComplete();
-          step && store.ReadMeta(*step, &meta).ok() && meta.step >= s.steps) {
-        s.steps = meta.step;
-        s.train_loss = meta.loss;
-        if (meta.val_loss)
-          s.val_loss = meta.val_loss;
+          step && store.ReadMeta(*step, &meta).ok()) {
         s.checkpoint = store.StepDir(*step);
+        if (meta.step >= s.steps) {
+          s.steps = meta.step;
+          s.train_loss = meta.loss;
+          if (meta.val_loss)
+            s.val_loss = meta.val_loss;
+        }
       }
     }
   }
@@ -814,10 +796,8 @@ int LocalRun::Run() {
     status_ = decision.status;
     for (const lifecycle::Action& action : decision.actions)
       Apply(action);
-    if (restarted) {
-      progress_.reset();
-      rate_origin_.reset();
-    }
+    if (restarted)
+      progress_.Restarted();
     WriteStatusFile();
     if (lifecycle::IsFinished(status_.phase))
       break;

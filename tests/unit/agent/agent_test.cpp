@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <sys/prctl.h>
 #include <sys/wait.h>
 
 #include <chrono>
@@ -15,12 +16,15 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
 
 #include "tests/unit/test_files.h"
 #include "worker/agent.h"
+#include "worker/process_state.h"
+#include "worker/termination_message.h"
 
 namespace tessera::worker {
 namespace {
@@ -414,6 +418,56 @@ TEST_F(AgentStopTest, EveryRankIsReapedBeforeTheAgentReturns) {
         std::exit(::waitpid(-1, nullptr, WNOHANG) == -1 && errno == ECHILD ? code : 99);
       },
       ::testing::ExitedWithCode(7), "");
+}
+
+// The kubelet creates the termination message file empty and reads at most 4096 bytes of it;
+// the first failure written to it, usually the cause, is the one kept.
+TEST(TerminationMessage, TheFirstMessageIsWrittenCutToWhatTheKubeletReads) {
+  const fs::path dir = fs::path(::testing::TempDir()) / "termination-message";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  ::setenv("TESSERA_TERMINATION_MESSAGE_PATH", (dir / "log").c_str(), 1);
+  EXPECT_EQ(TerminationMessagePath(), (dir / "log").string());
+  WriteTerminationMessage(std::string(5000, 'x'));
+  EXPECT_EQ(ReadFile(dir / "log"), std::string(4096, 'x'));
+  WriteTerminationMessage("a later failure");
+  EXPECT_EQ(ReadFile(dir / "log"), std::string(4096, 'x'));
+  std::ofstream(dir / "log", std::ios::trunc).flush();  // as the kubelet leaves it
+  WriteTerminationMessage("rank 1 exited with code 4");
+  EXPECT_EQ(ReadFile(dir / "log"), "rank 1 exited with code 4");
+  ::unsetenv("TESSERA_TERMINATION_MESSAGE_PATH");
+}
+
+// A process name may hold ") ": the state is read after the last ')' of /proc/<pid>/stat.
+TEST(KernelState, ASleepingProcessIsInStateSWhateverItsName) {
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::prctl(PR_SET_NAME, "a) R (b", 0, 0, 0);
+    ::close(ready[0]);
+    ::close(ready[1]);  // the parent reads end-of-file: the name is set
+    ::alarm(30);
+    ::pause();
+    ::_exit(0);
+  }
+  ::close(ready[1]);
+  char byte;
+  ASSERT_EQ(::read(ready[0], &byte, 1), 0);
+  ::close(ready[0]);
+  // Until it reaches pause() it may still be running.
+  std::string state = KernelState(pid);
+  for (const auto deadline = std::chrono::steady_clock::now() + 10s;
+       state.rfind("state S", 0) != 0 && std::chrono::steady_clock::now() < deadline;) {
+    std::this_thread::sleep_for(1ms);
+    state = KernelState(pid);
+  }
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+  // The wait channel is named when /proc gives one ("0" when it hides it).
+  EXPECT_TRUE(std::regex_match(state, std::regex("state S(, in [A-Za-z_][A-Za-z0-9_.]*)?")))
+      << state;
+  EXPECT_EQ(KernelState(pid), "state unknown");  // reaped: /proc says nothing
 }
 
 }  // namespace

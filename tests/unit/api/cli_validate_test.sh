@@ -66,6 +66,16 @@ rc=0
 grep -qx -- "-: spec.parallelism.tensor: tensor must divide spec.trainer.model.heads (3 does not divide 4)" "$tmp/out" ||
   fail "no tensor line for stdin: $(cat "$tmp/out")"
 
+# A file of several documents names the document of each line (`file#2`); a file without
+# a document is unreadable (2), and stays so whatever the files after it hold.
+{ cat "$src/manifests/examples/cpu-tiny.yaml"; echo "---"; cat "$tmp/bad.yaml"; } >"$tmp/two.yaml"
+expect_rc 1 "$tessera" validate "$tmp/two.yaml"
+grep -qx "$tmp/two.yaml#2: spec.trainer.schedule.warmupSteps: warmupSteps must not exceed steps (11 > 10)" "$tmp/out" ||
+  fail "no line naming the second document: $(cat "$tmp/out")"
+printf '# nothing here\n' >"$tmp/empty.yaml"
+expect_rc 2 "$tessera" validate "$tmp/empty.yaml" "$tmp/bad.yaml"
+grep -qx "$tmp/empty.yaml: no TrainingJob in the file" "$tmp/out" || fail "no empty-file line: $(cat "$tmp/out")"
+
 expect_rc 0 "$tessera" crd
 cmp -s "$tmp/out" "$src/manifests/crd/trainingjobs.tessera.dev.yaml" ||
   fail "tessera crd differs from manifests/crd/trainingjobs.tessera.dev.yaml"

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <memory>
 #include <optional>
 
@@ -109,6 +110,14 @@ TEST(FormatProgressBar, StepOutsideTheTotal) {
       << FormatProgressBar(v, 100);
 }
 
+// A column is filled once its share of the steps is done: the bar is full only at the end.
+TEST(FormatProgressBar, AColumnIsFilledWhenItsStepsAreDone) {
+  EXPECT_EQ(FormatProgressBar(View(299), 100).rfind("[#############################.] ", 0), 0u)
+      << FormatProgressBar(View(299), 100);
+  EXPECT_EQ(FormatProgressBar(View(9), 100).rfind("[..............................] ", 0), 0u)
+      << FormatProgressBar(View(9), 100);
+}
+
 TEST(FormatProgressBar, CompactTokenRates) {
   struct Case {
     double rate;
@@ -151,6 +160,82 @@ TEST(FormatProgressLine, AttemptAndRestartsAfterARestart) {
   v.attempt = 2;
   v.restarts = 1;
   EXPECT_EQ(FormatProgressLine(v), "step 120/300 loss 2.1346 tokens/s 12345 attempt 2 restarts 1");
+}
+
+using TrackerClock = ProgressTracker::Clock;
+
+// An instant of the test's own clock: the tracker is given the time of every report and never
+// reads a clock itself (far from now, so a tracker that did would be found out).
+TrackerClock::time_point At(double seconds) {
+  return TrackerClock::time_point{} + std::chrono::hours(100000) +
+         std::chrono::duration_cast<TrackerClock::duration>(std::chrono::duration<double>(seconds));
+}
+
+api::ProgressDocument Report(int64_t step, double tokens_per_second) {
+  api::ProgressDocument r;
+  r.step = step;
+  r.total_steps = 300;
+  r.loss = 2.5;
+  r.tokens_per_second = tokens_per_second;
+  return r;
+}
+
+// The rate runs from the attempt's first report with a step to the latest report, so the ETA
+// is that of the latest report whenever it is shown (it was once measured to the moment it was
+// shown, with the step of the last poll, and grew between polls).
+TEST(ProgressTracker, TheEtaIsTheStepsLeftAtTheRateFromTheFirstStepToTheLatestReport) {
+  ProgressTracker tracker;
+  tracker.Record(Report(0, 0), /*attempt=*/0, At(-20));  // loading the data: not an origin
+  tracker.Record(Report(10, 1000), 0, At(0));
+  tracker.Record(Report(30, 1000), 0, At(10));  // 20 steps in 10 s, 270 left
+  ASSERT_TRUE(tracker.EtaSeconds().has_value());
+  EXPECT_DOUBLE_EQ(*tracker.EtaSeconds(), 135);
+}
+
+TEST(ProgressTracker, TheEtaIsUnknownUntilAStepWasTrainedSinceTheFirstReport) {
+  ProgressTracker tracker;
+  EXPECT_FALSE(tracker.EtaSeconds().has_value());
+  tracker.Record(Report(10, 1000), 0, At(0));
+  EXPECT_FALSE(tracker.EtaSeconds().has_value());
+  tracker.Record(Report(10, 1000), 0, At(5));  // the same step, read again
+  EXPECT_FALSE(tracker.EtaSeconds().has_value());
+}
+
+// After a gang restart nothing is shown until the new attempt reports, and its rate starts at
+// the step it resumed from: neither the steps lost nor the time the restart took count.
+TEST(ProgressTracker, ARestartedAttemptShowsItsOwnProgressAtItsOwnRate) {
+  ProgressTracker tracker;
+  tracker.Record(Report(10, 1000), 0, At(0));
+  tracker.Record(Report(110, 1000), 0, At(100));
+  ASSERT_TRUE(tracker.EtaSeconds().has_value());
+  EXPECT_DOUBLE_EQ(*tracker.EtaSeconds(), 190);
+  tracker.Restarted();
+  EXPECT_FALSE(tracker.latest().has_value());
+  EXPECT_FALSE(tracker.EtaSeconds().has_value());
+  tracker.Record(Report(50, 0), /*attempt=*/1, At(200));  // resumed from the checkpoint at 50
+  ASSERT_TRUE(tracker.latest().has_value());
+  EXPECT_EQ(tracker.latest()->step, 50);
+  EXPECT_EQ(tracker.attempt(), 1);
+  EXPECT_FALSE(tracker.EtaSeconds().has_value());
+  tracker.Record(Report(60, 1000), 1, At(205));  // 10 steps in 5 s, 240 left
+  ASSERT_TRUE(tracker.EtaSeconds().has_value());
+  EXPECT_DOUBLE_EQ(*tracker.EtaSeconds(), 120);
+}
+
+// The summary's tokens/s: each step trained counts once, however often it is read; the report
+// of a resumed attempt before its first step (the checkpoint's step, 0 tokens/s) does not.
+TEST(ProgressTracker, TheMeanThroughputCountsEveryStepTrainedOnce) {
+  ProgressTracker tracker;
+  EXPECT_FALSE(tracker.MeanTokensPerSecond().has_value());
+  tracker.Record(Report(0, 0), 0, At(0));
+  EXPECT_FALSE(tracker.MeanTokensPerSecond().has_value());
+  tracker.Record(Report(10, 100), 0, At(1));
+  tracker.Record(Report(10, 100), 0, At(2));
+  tracker.Record(Report(20, 400), 0, At(3));
+  tracker.Restarted();
+  tracker.Record(Report(15, 0), 1, At(4));
+  tracker.Record(Report(16, 700), 1, At(5));
+  EXPECT_EQ(tracker.MeanTokensPerSecond(), std::optional<double>((100 + 400 + 700) / 3.0));
 }
 
 }  // namespace

@@ -1,17 +1,20 @@
 // What `tessera run` (RunJob in cli/run/runner.h) makes of its ranks: restarts and the backoff
 // limit, permanent exit codes, which rank is blamed, which ranks are killed and which get the
 // grace period, signals to the runner, the environment each rank gets, and the checks made
-// before anything starts. Every case is a bring-your-own-command job whose ranks run a small
-// sh script; RunJob runs in a child process of its own (it forks ranks, installs signal
-// handlers and becomes a subreaper), with an alarm that turns a hang into a failure. The
-// child's output goes to out.txt in the case's directory, which the test reads afterwards
-// with the run directory's status.json and the summary.
+// before anything starts, and what it shows of rank 0's progress. Every case is a
+// bring-your-own-command job whose ranks run a small sh script, but the progress cases: there
+// the built-in trainer's rank is a stand-in (--worker-binary) serving /progress documents. RunJob
+// runs in a child process of its own (it forks ranks, installs signal handlers and becomes a
+// subreaper), with an alarm that turns a hang into a failure. The child's output goes to out.txt in
+// the case's directory, which the test reads afterwards with the run directory's status.json and
+// the summary.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -22,16 +25,21 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <initializer_list>
 #include <map>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
+#include "cli/run/command.h"
 #include "cli/run/process.h"
+#include "cli/run/progress.h"
 #include "cli/run/runner.h"
 #include "tests/unit/test_files.h"
+#include "worker/train/checkpoint.h"
 
 namespace tessera::cli {
 namespace {
@@ -563,6 +571,257 @@ TEST(RunnerOutcomeTest, TheHighestPortsAreAcceptedForTheMetrics) {
   job.options.metrics_port = 65534;
   EXPECT_EQ(job.Run(), kRunSucceeded) << job.Out();
   EXPECT_EQ(ReadFile(job.dir / "port-1"), "65535\n");
+}
+
+// A stand-in for `tessera-worker rank`: serves the /progress documents of
+// <case dir>/attempt-<TESSERA_ATTEMPT>.json in order, each until it has been read once, then
+// exits with that file's "exit". With "waitForRunning" it first waits until status.json shows
+// the attempt Running: the runner writes it just before it shows progress, so whatever it
+// shows then comes from before this attempt's first report.
+constexpr char kFakeTrainer[] = R"(#!/usr/bin/python3
+import http.server, json, os, sys, time
+run_dir = os.path.dirname(sys.argv[sys.argv.index("--config") + 1])
+attempt = int(os.environ["TESSERA_ATTEMPT"])
+plan = json.load(open(os.path.join(os.path.dirname(run_dir), "attempt-%d.json" % attempt)))
+deadline = time.monotonic() + 20
+while plan.get("waitForRunning") and time.monotonic() < deadline:
+    try:
+        status = json.load(open(os.path.join(run_dir, "status.json")))
+        if status["phase"] == "Running" and status["attempt"] == attempt:
+            break
+    except (OSError, ValueError):
+        pass
+    time.sleep(0.005)
+documents = plan["documents"]
+class Progress(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = json.dumps(documents.pop(0)).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+server = http.server.HTTPServer(("127.0.0.1", int(os.environ["TESSERA_METRICS_PORT"])), Progress)
+while documents:
+    server.handle_request()
+sys.exit(plan["exit"])
+)";
+
+// A built-in trainer job of one rank, 10 steps, whose rank is kFakeTrainer; the a-th plan is
+// attempt a's (Attempt below). Progress is read at every poll of the runner (100 ms).
+struct FakeTrainerJob : LocalJob {
+  FakeTrainerJob(std::initializer_list<nlohmann::json> plans) : LocalJob(1, 1, "") {
+    const std::vector<nlohmann::json> attempts(plans);
+    WriteJob("");
+    std::ofstream(dir / "data.txt") << std::string(4096, 'a');
+    std::ofstream(dir / "fake-trainer") << kFakeTrainer;
+    fs::permissions(dir / "fake-trainer", fs::perms::owner_all);
+    for (size_t a = 0; a < attempts.size(); ++a)
+      std::ofstream(dir / ("attempt-" + std::to_string(a) + ".json")) << attempts[a].dump();
+    options.worker_binary = (dir / "fake-trainer").string();
+    options.progress_interval_seconds = 0;
+  }
+
+  // The job file, with `trainer` lines added to its trainer section.
+  void WriteJob(const std::string& trainer) const {
+    std::ofstream(dir / "job.yaml") << "apiVersion: tessera.dev/v1alpha1\n"
+                                       "kind: TrainingJob\n"
+                                       "metadata: {name: local}\n"
+                                       "spec:\n"
+                                       "  workers: 1\n"
+                                       "  runPolicy: {backoffLimit: 1}\n"
+                                       "  trainer:\n"
+                                       "    model: {layers: 1, dModel: 16, heads: 2, seqLen: 8}\n"
+                                       "    data: {path: "
+                                    << (dir / "data.txt").string()
+                                    << "}\n"
+                                       "    batch: {global: 2}\n"
+                                       "    schedule: {steps: 10, warmupSteps: 1}\n"
+                                    << trainer;
+  }
+
+  // The plain progress lines printed, each once, in order (a line repeats until the next read).
+  std::vector<std::string> ProgressLines() const {
+    std::vector<std::string> lines;
+    std::istringstream out(Out());
+    for (std::string line; std::getline(out, line);) {
+      if (line.rfind("step ", 0) == 0 && (lines.empty() || lines.back() != line))
+        lines.push_back(line);
+    }
+    return lines;
+  }
+};
+
+nlohmann::json Doc(int step, double loss, double tokens_per_second) {
+  return {{"step", step},
+          {"totalSteps", 10},
+          {"loss", loss},
+          {"valLoss", nullptr},
+          {"tokensPerSecond", tokens_per_second},
+          {"updatedAt", ""}};
+}
+
+// One attempt of the stand-in: its documents, in order, then its exit code.
+nlohmann::json Attempt(const std::vector<nlohmann::json>& documents, int exit_code,
+                       bool wait_for_running = false) {
+  return {{"documents", documents}, {"exit", exit_code}, {"waitForRunning", wait_for_running}};
+}
+
+bool PythonIsThere() {
+  return ::access("/usr/bin/python3", X_OK) == 0;
+}
+
+// Attempt 0 reaches step 5 and fails; attempt 1 resumes from a checkpoint at step 3 (its first
+// report: step 3, 0 tokens/s) and trains step 4. What is shown is always the current attempt's,
+// and the summary's tokens/s is the mean of the two steps trained.
+TEST(RunnerOutcomeTest, AfterARestartTheProgressShownAndSummedIsTheNewAttempts) {
+  if (!PythonIsThere())
+    GTEST_SKIP() << "no /usr/bin/python3 for the stand-in trainer";
+  FakeTrainerJob job{Attempt({Doc(0, 0, 0), Doc(5, 2, 1000)}, 1),
+                     Attempt({Doc(3, 2.5, 0), Doc(4, 2.4, 3000)}, 0, /*wait_for_running=*/true)};
+  job.options.log_interval_seconds = 0;  // a line at every poll
+  ASSERT_EQ(job.Run(), kRunSucceeded) << job.Out();
+  std::vector<std::string> lines = job.ProgressLines();
+  ASSERT_EQ(lines.size(), 3u) << job.Out();
+  // The last line has an ETA (a step trained since the resumed one); its value is the clock's.
+  const std::regex eta(" eta [0-9]+:[0-9]{2}");
+  EXPECT_TRUE(std::regex_search(lines[2], eta)) << lines[2];
+  lines[2] = std::regex_replace(lines[2], eta, "");
+  EXPECT_EQ(lines, (std::vector<std::string>{
+                       "step 5/10 loss 2.0000 tokens/s 1000",
+                       "step 3/10 loss 2.5000 tokens/s 0 attempt 1 restarts 1",
+                       "step 4/10 loss 2.4000 tokens/s 3000 attempt 1 restarts 1",
+                   }));
+  const nlohmann::json s = job.Summary();
+  EXPECT_EQ(s["steps"], 4);
+  EXPECT_EQ(s["total_steps"], 10);
+  EXPECT_EQ(s["final_train_loss"], 2.4);
+  EXPECT_EQ(s["tokens_per_second"], 2000.0);
+  EXPECT_EQ(s["restarts"], 1);
+}
+
+// Without a terminal a progress line is printed at most once per log interval.
+TEST(RunnerOutcomeTest, PlainProgressLinesComeOncePerLogInterval) {
+  if (!PythonIsThere())
+    GTEST_SKIP() << "no /usr/bin/python3 for the stand-in trainer";
+  FakeTrainerJob job{Attempt({Doc(1, 3, 10), Doc(2, 2.9, 20), Doc(3, 2.8, 30)}, 0)};
+  job.options.log_interval_seconds = 3600;
+  ASSERT_EQ(job.Run(), kRunSucceeded) << job.Out();
+  EXPECT_EQ(job.ProgressLines(), std::vector<std::string>{"step 1/10 loss 3.0000 tokens/s 10"});
+  EXPECT_EQ(job.Summary()["tokens_per_second"], 20.0);
+}
+
+// On a terminal the progress is a bar on stderr, redrawn in place ("\r", the bar in the
+// terminal's width less a column, "\x1b[K" to clear what a longer one left) and cleared before
+// anything else is printed.
+TEST(RunnerOutcomeTest, OnATerminalTheBarIsRedrawnInPlaceWithinTheWidthThenCleared) {
+  if (!PythonIsThere())
+    GTEST_SKIP() << "no /usr/bin/python3 for the stand-in trainer";
+  FakeTrainerJob job{Attempt({Doc(1, 3, 10), Doc(2, 2.9, 20), Doc(3, 2.8, 30)}, 0)};
+  const int master = ::posix_openpt(O_RDWR | O_NOCTTY);
+  ASSERT_GE(master, 0);
+  ASSERT_EQ(::grantpt(master), 0);
+  ASSERT_EQ(::unlockpt(master), 0);
+  const std::string terminal = ::ptsname(master);
+  winsize size{};
+  size.ws_col = 60;
+  size.ws_row = 24;
+  ASSERT_EQ(::ioctl(master, TIOCSWINSZ, &size), 0);
+  // Held open here too, so what the run wrote stays readable after it ends (a few bars: less
+  // than the terminal buffers).
+  const int held = ::open(terminal.c_str(), O_RDWR | O_NOCTTY);
+  ASSERT_GE(held, 0);
+  EXPECT_EQ(job.Run([&] { ::dup2(::open(terminal.c_str(), O_RDWR | O_NOCTTY), STDERR_FILENO); }),
+            kRunSucceeded)
+      << job.Out();
+  ::fcntl(master, F_SETFL, O_NONBLOCK);
+  std::string screen;
+  char buffer[4096];
+  for (ssize_t n; (n = ::read(master, buffer, sizeof(buffer))) > 0;)
+    screen.append(buffer, static_cast<size_t>(n));
+  ::close(held);
+  ::close(master);
+  ProgressView first;
+  first.report = api::DecodeProgressJson(Doc(1, 3, 10).dump()).value();
+  ASSERT_EQ(screen.rfind("\r" + FormatProgressBar(first, 59) + "\x1b[K", 0), 0u) << screen;
+  EXPECT_LE(FormatProgressBar(first, 59).size(), 59u);
+  EXPECT_NE(screen.find("  3/10  loss 2.8000"), std::string::npos) << screen;
+  EXPECT_TRUE(screen.ends_with("\r\x1b[K")) << screen;
+}
+
+// The summary names the newest checkpoint, where --resume would go on from, and takes its exact
+// losses when it is of the last step trained; when the run went on past it, the losses are
+// the last /progress's (the checkpoint was once left out then: "checkpoint none").
+TEST(RunnerOutcomeTest, TheSummaryNamesTheNewestCheckpointAndItsExactLossesWhenItIsTheLast) {
+  if (!PythonIsThere())
+    GTEST_SKIP() << "no /usr/bin/python3 for the stand-in trainer";
+  struct Case {
+    int64_t checkpoint_step;
+    double train_loss;
+    std::optional<double> val_loss;
+  };
+  // The rank reports step 4, loss 2.4 and no validation; the checkpoint says 2.25 and 2.5.
+  for (const Case& c : {Case{4, 2.25, 2.5}, Case{3, 2.4, std::nullopt}}) {
+    SCOPED_TRACE(c.checkpoint_step);
+    FakeTrainerJob job{Attempt({Doc(4, 2.4, 3000)}, 0)};
+    job.WriteJob("    checkpoint: {dir: ckpt, everySteps: 100}\n");
+    job.options.resume = true;
+    const train::CheckpointStore store((job.dir / "run" / "checkpoints").string());
+    train::CheckpointMeta meta;
+    meta.step = c.checkpoint_step;
+    meta.loss = 2.25;
+    meta.val_loss = 2.5;
+    const std::vector<float> params(4, 0.5f);
+    ASSERT_TRUE(train::CheckpointStore(store.root())
+                    .Save(meta, {{"rank-00000.bin", {{"params", params}}}})
+                    .ok());
+    ASSERT_EQ(job.Run(), kRunSucceeded) << job.Out();
+    const nlohmann::json s = job.Summary();
+    EXPECT_EQ(s["steps"], 4);
+    EXPECT_EQ(s["final_train_loss"], c.train_loss);
+    EXPECT_EQ(s["final_val_loss"], c.val_loss ? nlohmann::json(*c.val_loss) : nlohmann::json());
+    EXPECT_EQ(s["checkpoint"], store.StepDir(c.checkpoint_step));
+  }
+}
+
+// `tessera run`'s options at and past the ends of their ranges (docs/local-mode.md). A value
+// accepted reaches RunJob, which refuses the missing file (exit 2) without starting anything.
+TEST(RunnerOutcomeTest, TheCommandLineTakesEachOptionUpToItsLimit) {
+  struct Case {
+    std::string options;
+    bool accepted;
+  };
+  const Case cases[] = {
+      {"--grace-period 0", true},
+      {"--grace-period 86400", true},
+      {"--grace-period -1", false},
+      {"--grace-period 86401", false},
+      {"--sample 0", true},
+      {"--sample 1048576", true},
+      {"--sample -1", false},
+      {"--sample 1048577", false},
+      {"--metrics-port 1", true},
+      {"--metrics-port 65535", true},
+      {"--metrics-port 0", false},
+      {"--metrics-port 65536", false},
+      {"--prompt hello --resume", true},
+      {"--no-such-option", false},
+  };
+  const std::string missing = (fs::path(::testing::TempDir()) / "no-such-job.yaml").string();
+  for (const Case& c : cases) {
+    CLI::App app;
+    int rc = -1;
+    AddRunCommand(&app, &rc);
+    bool accepted = true;
+    try {
+      app.parse("run " + missing + " " + c.options, /*program_name_included=*/false);
+    } catch (const CLI::ParseError&) {
+      accepted = false;
+    }
+    EXPECT_EQ(accepted, c.accepted) << c.options;
+    EXPECT_EQ(rc, c.accepted ? kRunBadConfig : -1) << c.options;
+  }
 }
 
 }  // namespace
