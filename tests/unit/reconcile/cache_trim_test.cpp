@@ -139,6 +139,10 @@ TEST(CacheTrim, ReconcileObservesTheSameOfATrimmedPodAndNode) {
 
 TEST(CacheTrim, KeepsIdentityOwnerAndProgressAddressAndDropsTheRest) {
   Json pod = FullPod(3, "Running", {{"running", Json::object()}}, false);
+  // An owner that is not the controller (another operator's bookkeeping) is dropped.
+  pod["metadata"]["ownerReferences"].insert(
+      pod["metadata"]["ownerReferences"].begin(),
+      {{"apiVersion", "v1"}, {"kind", "ConfigMap"}, {"name", "lease"}, {"uid", "cm-uid"}});
   const size_t before = pod.dump().size();
   TrimPod(pod);
   EXPECT_EQ(pod["metadata"]["uid"], "uid-3");
@@ -169,6 +173,14 @@ TEST(CacheTrim, TrainingJobLosesOnlyBookkeeping) {
   expected["metadata"]["annotations"].erase("kubectl.kubernetes.io/last-applied-configuration");
   TrimTrainingJob(job);
   EXPECT_EQ(job, expected);
+
+  // Annotations that held only kubectl's copy go altogether.
+  Json applied = {
+      {"metadata",
+       {{"name", "j"},
+        {"annotations", {{"kubectl.kubernetes.io/last-applied-configuration", "{}"}}}}}};
+  TrimTrainingJob(applied);
+  EXPECT_EQ(applied, (Json{{"metadata", {{"name", "j"}}}}));
 }
 
 }  // namespace

@@ -1,13 +1,24 @@
 // The reconcile loop (controller/reconcile/controller.h) against the in-memory API server of
 // the k8s tests: objects created, status written, gang restart, invalid specs, conflicts, and
-// expectations keeping a lagging cache from creating twice.
+// expectations keeping a lagging cache from creating or deleting twice; the API server's
+// refusals, the EndpointSlice, gang schedulers' PodGroups, progress polling, metrics and
+// events; and the workers reacting to job, pod and node events.
 #include "controller/reconcile/controller.h"
 
 #include <gtest/gtest.h>
+#include <prometheus/metric_family.h>
+#include <prometheus/registry.h>
 
+#include <atomic>
+#include <condition_variable>
+#include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
+#include "api/contract.h"
+#include "controller/reconcile/objects.h"
+#include "controller/reconcile/rfc3339.h"
 #include "tests/unit/k8s/fake_apiserver.h"
 
 namespace tessera::reconcile {
@@ -19,11 +30,60 @@ using Json = nlohmann::json;
 
 // The in-memory server understands equality selectors only; the controller's informers select
 // "has label tessera.dev/job-name". Everything in these tests carries it, so drop that term.
+// It also plays what the in-memory server lacks, as a test asks: refused pod creates and node
+// lists, Volcano's API group (discovery, PodGroups), graceful pod deletion, and a gate that
+// holds pod creates to count how many are in flight at once.
 class ExistenceSelectorAdapter : public k8s::HttpTransport {
  public:
   explicit ExistenceSelectorAdapter(FakeApiServer& server) : server_(server) {}
   k8s::Result<k8s::HttpResponse> Send(const k8s::HttpRequest& request) override {
+    const bool pod_create = request.method == "POST" && request.path.ends_with("/pods");
+    if (pod_create && refuse_pod_creates.fetch_sub(1) > 0)
+      return Refusal(403, "Forbidden", "exceeded quota");
+    if (request.method == "GET" && request.path.starts_with("/api/v1/nodes") && refuse_node_lists)
+      return Refusal(500, "InternalError", "etcd unavailable");
+    if (request.method == "DELETE" && request.path.find("/pods/") != std::string::npos &&
+        graceful_pod_deletes) {
+      // As a kubelet that is still running the pod: it is marked, and goes later.
+      k8s::HttpRequest get = request;
+      get.method = "GET";
+      get.body.clear();
+      auto pod = server_.Send(get);
+      if (!pod.ok() || pod->status != 200)
+        return pod;
+      Json marked = Json::parse(pod->body);
+      marked["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z";
+      k8s::HttpRequest put = request;
+      put.method = "PUT";
+      put.body = marked.dump();
+      return server_.Send(put);
+    }
+    if (request.path == "/apis/scheduling.volcano.sh/v1beta1" && fail_discovery)
+      return Refusal(503, "ServiceUnavailable", "the aggregated API is down");
+    if (request.path.starts_with("/apis/scheduling.volcano.sh/")) {
+      if (!volcano_served)
+        return Refusal(404, "NotFound", "the server could not find the requested resource");
+      if (request.path == "/apis/scheduling.volcano.sh/v1beta1") {
+        return k8s::HttpResponse{
+            200, {}, R"({"kind": "APIResourceList", "resources": [{"name": "podgroups"}]})"};
+      }
+    }
+    if (pod_create && gate_pod_creates > 0) {
+      std::unique_lock<std::mutex> lock(mu_);
+      max_pod_creates_in_flight = std::max(max_pod_creates_in_flight, ++pod_creates_in_flight_);
+      cv_.notify_all();
+      cv_.wait_for(lock, 2s, [&] { return pod_creates_in_flight_ >= gate_pod_creates; });
+      lock.unlock();
+      auto response = server_.Send(Strip(request));
+      lock.lock();
+      --pod_creates_in_flight_;
+      return response;
+    }
     return server_.Send(Strip(request));
+  }
+  int MaxPodCreatesInFlight() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return max_pod_creates_in_flight;
   }
   k8s::Result<k8s::HttpResponse> Stream(const k8s::HttpRequest& request,
                                         const std::function<bool(std::string_view)>& on_line,
@@ -42,7 +102,28 @@ class ExistenceSelectorAdapter : public k8s::HttpTransport {
     }
     return r;
   }
+  static k8s::HttpResponse Refusal(int code, const std::string& reason,
+                                   const std::string& message) {
+    return {
+        code,
+        {},
+        Json{{"kind", "Status"}, {"code", code}, {"reason", reason}, {"message", message}}.dump()};
+  }
   FakeApiServer& server_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int pod_creates_in_flight_ = 0;
+  int max_pod_creates_in_flight = 0;
+
+ public:
+  std::atomic<int> refuse_pod_creates{0};      // answer this many pod creates with 403
+  std::atomic<bool> refuse_node_lists{false};  // answer node lists with 500
+  // Whether the API server serves Volcano's PodGroup CRD (else 404 for all of its group).
+  std::atomic<bool> volcano_served{false};
+  std::atomic<bool> fail_discovery{false};        // answer discovery of its group with 503
+  std::atomic<bool> graceful_pod_deletes{false};  // a pod delete marks the pod only
+  // Holds each pod create until this many are in flight (or 2 s passed); 0: none.
+  std::atomic<int> gate_pod_creates{0};
 };
 
 class RecordingEvents : public EventSink {
@@ -85,6 +166,51 @@ bool WaitUntil(const std::function<bool()>& pred, std::chrono::milliseconds time
   return true;
 }
 
+// Serves the same /progress document to every pod, and notes which addresses were read.
+class ScriptedProgress : public ProgressReader {
+ public:
+  std::optional<Json> Read(const std::string& host, int port, std::chrono::milliseconds) override {
+    std::lock_guard<std::mutex> lock(mu);
+    contacted.insert(host + ":" + std::to_string(port));
+    return body;
+  }
+  std::set<std::string> Contacted() {
+    std::lock_guard<std::mutex> lock(mu);
+    return contacted;
+  }
+  std::mutex mu;
+  std::optional<Json> body;
+  std::set<std::string> contacted;
+};
+
+// The sample of metric `name` with exactly `labels`: a counter's or gauge's value, a
+// histogram's count of observations; nullopt when there is none.
+std::optional<double> Sample(const ControllerMetrics& metrics, const std::string& name,
+                             const std::map<std::string, std::string>& labels = {}) {
+  for (const prometheus::MetricFamily& family : metrics.registry()->Collect()) {
+    if (family.name != name)
+      continue;
+    for (const prometheus::ClientMetric& metric : family.metric) {
+      std::map<std::string, std::string> got;
+      for (const auto& label : metric.label)
+        got[label.name] = label.value;
+      if (got != labels)
+        continue;
+      switch (family.type) {
+        case prometheus::MetricType::Counter:
+          return metric.counter.value;
+        case prometheus::MetricType::Gauge:
+          return metric.gauge.value;
+        case prometheus::MetricType::Histogram:
+          return static_cast<double>(metric.histogram.sample_count);
+        default:
+          return std::nullopt;
+      }
+    }
+  }
+  return std::nullopt;
+}
+
 k8s::RestOptions Unlimited() {
   k8s::RestOptions o;
   o.qps = 0;
@@ -98,7 +224,17 @@ class ControllerTest : public ::testing::Test {
   void StartController(std::chrono::steady_clock::duration ttl) {
     ControllerOptions options;
     options.expectation_ttl = ttl;
-    controller_ = std::make_unique<Controller>(client_, events_, nullptr, nullptr, options);
+    StartController(options);
+  }
+
+  // Replaces the controller by one with `options`, reading progress through `poller_` when
+  // `progress` (else none).
+  void StartController(const ControllerOptions& options, bool progress = false) {
+    controller_.reset();
+    poller_ = std::make_unique<ProgressPoller>(
+        progress_, ProgressPoller::Options{ProgressPolling::kPods, 1h, 1s}, nullptr);
+    controller_ = std::make_unique<Controller>(client_, events_, &metrics_,
+                                               progress ? poller_.get() : nullptr, options);
     controller_->StartInformers();
     ASSERT_TRUE(controller_->WaitForSync(10s));
   }
@@ -154,6 +290,17 @@ class ControllerTest : public ::testing::Test {
     return out;
   }
 
+  // Reconciles `key` until a reconcile decides (awaits none of the controller's own writes);
+  // its outcome.
+  ReconcileOutcome Decided(const std::string& key) {
+    ReconcileOutcome out;
+    EXPECT_TRUE(WaitUntil([&] {
+      out = Settle(key);
+      return controller_->expectations().Satisfied(key);
+    }));
+    return out;
+  }
+
   // Reconciles until `pred` holds on the server, waiting for the caches in between.
   bool ReconcileUntil(const std::string& key, const std::function<bool()>& pred) {
     return WaitUntil([&] {
@@ -166,11 +313,80 @@ class ControllerTest : public ::testing::Test {
     return Job(name).value("status", Json::object()).value("phase", "");
   }
 
+  Json Status(const std::string& name) { return Job(name).value("status", Json::object()); }
+
+  // "status/reason" of the job's condition `type`; "none" without it.
+  std::string Condition(const std::string& name, const std::string& type) {
+    for (const Json& c : Status(name).value("conditions", Json::array())) {
+      if (c.value("type", "") == type)
+        return c.value("status", "") + "/" + c.value("reason", "");
+    }
+    return "none";
+  }
+
+  size_t FailedCreateEvents() {
+    const auto reasons = events_.Reasons();
+    return std::count(reasons.begin(), reasons.end(), "Warning/FailedCreate");
+  }
+
+  // Waits until the cache holds the job `name` as the server does.
+  bool CacheHasJob(const std::string& name) {
+    return WaitUntil([&] {
+      const auto cached = controller_->CachedJob("ml/" + name);
+      return cached &&
+             (*cached)["metadata"]["resourceVersion"] == Job(name)["metadata"]["resourceVersion"];
+    });
+  }
+
+  // Sets the phase of the pods `names` and waits until the controller's cache has seen it.
+  void SetPodPhaseSeen(const std::string& job, const std::vector<std::string>& names,
+                       const std::string& phase, int exit_code = 0) {
+    // Any event of a pod observes its creation: expectations serve as markers, once the
+    // controller awaits nothing else (its own last status write, say).
+    ASSERT_TRUE(WaitUntil([&] {
+      Settle("ml/" + job);
+      return controller_->expectations().Satisfied("ml/" + job);
+    }));
+    for (const std::string& name : names)
+      controller_->expectations().ExpectCreation("ml/" + job, name);
+    for (const std::string& name : names)
+      SetPodPhase(name, phase, exit_code);
+    ASSERT_TRUE(WaitUntil([&] { return controller_->expectations().Satisfied("ml/" + job); }));
+  }
+
+  // Creates job `name` with `workers` workers and reconciles it until they all run.
+  void RunJob(const std::string& name, int workers, const std::string& extra_spec = "{}") {
+    Create(TrainingJobs("ml"), JobObject(name, workers, extra_spec));
+    ASSERT_TRUE(ReconcileUntil("ml/" + name, [&] { return Phase(name) == "Starting"; }));
+    for (int i = 0; i < workers; ++i)
+      SetPodPhase(name + "-worker-" + std::to_string(i), "Running");
+    ASSERT_TRUE(ReconcileUntil("ml/" + name, [&] { return Phase(name) == "Running"; }));
+  }
+
+  // Requests the controller wrote to the API server (creates, updates, deletes) under `path`.
+  size_t Writes(const std::string& path) {
+    return server_.CountRequests("POST", path) + server_.CountRequests("PUT", path) +
+           server_.CountRequests("DELETE", path);
+  }
+
+  // The bodies of the DELETE requests for `path` exactly.
+  std::vector<Json> Deletes(const std::string& path) {
+    std::vector<Json> out;
+    for (const k8s::HttpRequest& r : server_.Requests()) {
+      if (r.method == "DELETE" && r.path == path)
+        out.push_back(Json::parse(r.body.empty() ? "{}" : r.body));
+    }
+    return out;
+  }
+
   FakeApiServer server_;
   ExistenceSelectorAdapter transport_{server_};
   k8s::ClientConfig config_;
   k8s::RestClient client_{transport_, config_, Unlimited()};
   RecordingEvents events_;
+  ControllerMetrics metrics_;
+  ScriptedProgress progress_;
+  std::unique_ptr<ProgressPoller> poller_;
   std::unique_ptr<Controller> controller_;
 };
 
@@ -200,6 +416,9 @@ TEST(DescribeInformerFailure, NamesTheUsualCauses) {
       "trainingjobs", {302, "Redirect", "the server redirected to /elsewhere"}, true);
   EXPECT_NE(redirect.find("302 Redirect: the server redirected to /elsewhere"), std::string::npos)
       << redirect;
+  EXPECT_EQ(DescribeInformerFailure("pods", {404, "NotFound", "not found"}, true),
+            "list pods failed (retrying with back-off): 404 NotFound: not found")
+      << "only the TrainingJob CRD is ours to install";
   EXPECT_EQ(DescribeInformerFailure("pods", {410, "Expired", "too old"}, false), "")
       << "an expired watch is routine";
 }
@@ -407,6 +626,728 @@ TEST_F(ControllerTest, LaggingCacheNeverCreatesTwice) {
   ASSERT_TRUE(ReconcileUntil("ml/gpt", [&] { return Phase("gpt") == "Starting"; }));
   EXPECT_EQ(server_.CountRequests("POST", pods_path), 3u);
   EXPECT_EQ(Pods().size(), 3u);
+}
+
+// The controller's events reach the API server as events.k8s.io Events on the job, with the
+// action Reconcile.
+TEST_F(ControllerTest, ApiEventSinkRecordsAnEventOnTheJob) {
+  const Json job = Create(TrainingJobs("ml"), JobObject("gpt", 1));
+  k8s::EventRecorder recorder(client_, {});
+  ApiEventSink sink(recorder);
+  sink.Record(job, "Warning", "FailedCreate", "create pod ml/gpt-worker-0: 403");
+  auto events = client_.List(k8s::Events("ml"));
+  ASSERT_TRUE(events.ok());
+  ASSERT_EQ((*events)["items"].size(), 1u);
+  Json event = (*events)["items"][0];  // not const: a missing field reads as null
+  EXPECT_EQ(event["type"], "Warning");
+  EXPECT_EQ(event["reason"], "FailedCreate");
+  EXPECT_EQ(event["action"], "Reconcile");
+  EXPECT_EQ(event["note"], "create pod ml/gpt-worker-0: 403");
+  EXPECT_EQ(event["regarding"]["uid"], job["metadata"]["uid"]);
+}
+
+// What each recorder of ControllerMetrics shows on /metrics.
+TEST(ControllerMetrics, EachRecorderSetsItsSample) {
+  ControllerMetrics m;
+  for (const char* phase :
+       {"Pending", "Starting", "Running", "Restarting", "Succeeded", "Failed", "Suspended"})
+    EXPECT_EQ(Sample(m, "tessera_jobs", {{"phase", phase}}), 0.0) << "from the start: " << phase;
+  m.SetJobPhases({{"Running", 2}, {"Suspended", 1}});
+  EXPECT_EQ(Sample(m, "tessera_jobs", {{"phase", "Running"}}), 2.0);
+  EXPECT_EQ(Sample(m, "tessera_jobs", {{"phase", "Suspended"}}), 1.0);
+  m.SetJobPhases({{"Running", 3}});
+  EXPECT_EQ(Sample(m, "tessera_jobs", {{"phase", "Running"}}), 3.0);
+  EXPECT_EQ(Sample(m, "tessera_jobs", {{"phase", "Suspended"}}), 0.0) << "a phase left out is 0";
+
+  m.ObserveReconcile("success", 0.002);
+  m.ObserveReconcile("error", 0.5);
+  m.ObserveReconcile("error", 0.5);
+  EXPECT_EQ(Sample(m, "tessera_controller_reconcile_total", {{"result", "success"}}), 1.0);
+  EXPECT_EQ(Sample(m, "tessera_controller_reconcile_total", {{"result", "error"}}), 2.0);
+  EXPECT_EQ(Sample(m, "tessera_controller_reconcile_duration_seconds"), 3.0);
+  m.SetWorkqueueDepth(7);
+  EXPECT_EQ(Sample(m, "tessera_controller_workqueue_depth"), 7.0);
+  m.ObserveApiRequest("GET", 0);
+  m.ObserveApiRequest("GET", 404);
+  m.ObserveApiRequest("GET", 404);
+  EXPECT_EQ(Sample(m, "tessera_controller_api_requests_total", {{"verb", "GET"}, {"code", "0"}}),
+            1.0);
+  EXPECT_EQ(Sample(m, "tessera_controller_api_requests_total", {{"verb", "GET"}, {"code", "404"}}),
+            2.0);
+  m.ObserveWatchRestart("nodes");
+  EXPECT_EQ(Sample(m, "tessera_controller_watch_restarts_total", {{"resource", "nodes"}}), 1.0);
+  m.SetLeader(true);
+  EXPECT_EQ(Sample(m, "tessera_controller_leader"), 1.0);
+  m.SetLeader(false);
+  EXPECT_EQ(Sample(m, "tessera_controller_leader"), 0.0);
+  m.ObserveJobRestart();
+  EXPECT_EQ(Sample(m, "tessera_job_restarts_total"), 1.0);
+  m.ObserveJobStartup(12);
+  EXPECT_EQ(Sample(m, "tessera_job_startup_seconds"), 1.0);
+}
+
+// tessera_jobs counts each job once, in the phase last reconciled, and forgets a deleted job;
+// a gang restart and an attempt's startup are observed once each, not on every reconcile.
+TEST_F(ControllerTest, MetricsFollowTheJobsPhaseRestartsAndStartup) {
+  ASSERT_NO_FATAL_FAILURE(RunJob("gpt", 2));
+  EXPECT_EQ(Sample(metrics_, "tessera_jobs", {{"phase", "Running"}}), 1.0);
+  EXPECT_EQ(Sample(metrics_, "tessera_job_startup_seconds"), 1.0);
+  EXPECT_EQ(Sample(metrics_, "tessera_job_restarts_total"), 0.0);
+
+  SetPodPhase("gpt-worker-1", "Failed", 7);
+  ASSERT_TRUE(ReconcileUntil("ml/gpt", [&] {
+    return Status("gpt").value("restarts", 0) == 1 && Phase("gpt") == "Starting";
+  }));
+  for (int i = 0; i < 3; ++i)
+    Settle("ml/gpt");
+  EXPECT_EQ(Sample(metrics_, "tessera_job_restarts_total"), 1.0);
+  EXPECT_EQ(Sample(metrics_, "tessera_job_startup_seconds"), 1.0);
+  EXPECT_EQ(Sample(metrics_, "tessera_jobs", {{"phase", "Running"}}), 0.0);
+  EXPECT_EQ(Sample(metrics_, "tessera_jobs", {{"phase", "Starting"}}), 1.0);
+
+  ASSERT_TRUE(client_.Delete(TrainingJobs("ml").Named("gpt"), {}).ok());
+  ASSERT_TRUE(WaitUntil([&] { return controller_->CachedJob("ml/gpt") == nullptr; }));
+  Settle("ml/gpt");
+  EXPECT_EQ(Sample(metrics_, "tessera_jobs", {{"phase", "Starting"}}), 0.0);
+}
+
+// Rank 0's /progress is read, at its pod IP and the job's metrics port, only while the
+// attempt runs; its sample goes into the status, and a new attempt stops the reads.
+TEST_F(ControllerTest, ProgressIsReadFromRankZeroWhileTheAttemptRuns) {
+  ASSERT_NO_FATAL_FAILURE(StartController(ControllerOptions{}, /*progress=*/true));
+  progress_.body = Json{{"step", 12}, {"totalSteps", 100}, {"loss", 2.5}, {"valLoss", 2.75}};
+  Create(TrainingJobs("ml"), JobObject("gpt", 2, R"({"metrics": {"port": 9411}})"));
+  ASSERT_TRUE(ReconcileUntil("ml/gpt", [&] { return Phase("gpt") == "Starting"; }));
+  // Rank 0 runs (it has an IP), rank 1 does not yet: the attempt is still starting.
+  SetPodPhase("gpt-worker-0", "Running");
+  ASSERT_TRUE(ReconcileUntil("ml/gpt", [&] {
+    return Status("gpt").value("workers", Json::object()).value("ready", 0) == 1;
+  }));
+  EXPECT_EQ(poller_->Targets(), 0u);
+
+  SetPodPhase("gpt-worker-1", "Running");
+  ASSERT_TRUE(ReconcileUntil("ml/gpt", [&] { return Phase("gpt") == "Running"; }));
+  ASSERT_EQ(poller_->Targets(), 1u);
+  poller_->PollOnce();
+  EXPECT_EQ(progress_.Contacted(), std::set<std::string>{"10.244.0.9:9411"});
+  ASSERT_TRUE(ReconcileUntil("ml/gpt", [&] { return Status("gpt").contains("progress"); }));
+  Json progress = Status("gpt")["progress"];  // not const: a missing field reads as null
+  EXPECT_EQ(progress["step"], 12);
+  EXPECT_EQ(progress["attempt"], 0);
+  EXPECT_EQ(progress["totalSteps"], 100);
+  EXPECT_EQ(progress["loss"], 2.5);
+  EXPECT_EQ(progress["valLoss"], 2.75);
+
+  SetPodPhase("gpt-worker-1", "Failed", 1);
+  ASSERT_TRUE(ReconcileUntil("ml/gpt", [&] { return Status("gpt").value("restarts", 0) == 1; }));
+  EXPECT_EQ(poller_->Targets(), 0u);
+}
+
+// A job deleted, or on its way out, is no longer polled.
+TEST_F(ControllerTest, ProgressOfAJobGoingOrGoneIsNoLongerRead) {
+  ASSERT_NO_FATAL_FAILURE(StartController(ControllerOptions{}, /*progress=*/true));
+  ASSERT_NO_FATAL_FAILURE(RunJob("gone", 1));
+  ASSERT_NO_FATAL_FAILURE(RunJob("going", 1));
+  ASSERT_EQ(poller_->Targets(), 2u);
+
+  ASSERT_TRUE(client_.Delete(TrainingJobs("ml").Named("gone"), {}).ok());
+  ASSERT_TRUE(WaitUntil([&] { return controller_->CachedJob("ml/gone") == nullptr; }));
+  Settle("ml/gone");
+  EXPECT_EQ(poller_->Targets(), 1u);
+
+  Json going = Job("going");
+  going["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z";
+  ASSERT_TRUE(client_.Update(TrainingJobs("ml").Named("going"), going).ok());
+  ASSERT_TRUE(WaitUntil([&] {
+    const auto cached = controller_->CachedJob("ml/going");
+    return cached && (*cached)["metadata"].contains("deletionTimestamp");
+  }));
+  Settle("ml/going");
+  EXPECT_EQ(poller_->Targets(), 0u);
+}
+
+// The EndpointSlice is not written while no worker has an address, then once per change of
+// its endpoints (not on every reconcile); one deleted by someone is created again.
+TEST_F(ControllerTest, EndpointSliceIsWrittenOnlyWhenItsEndpointsChange) {
+  const std::string slices = "/apis/discovery.k8s.io";
+  Create(TrainingJobs("ml"), JobObject("gpt", 2));
+  ASSERT_TRUE(ReconcileUntil("ml/gpt", [&] { return Phase("gpt") == "Starting"; }));
+  Settle("ml/gpt");
+  EXPECT_EQ(Writes(slices), 0u);
+
+  ASSERT_NO_FATAL_FAILURE(SetPodPhaseSeen("gpt", {"gpt-worker-0", "gpt-worker-1"}, "Running"));
+  // The first write is refused: an error, and written at the next reconcile.
+  server_.FailNext("POST", 1, 500);
+  const ReconcileOutcome refused = controller_->Reconcile("ml/gpt");
+  EXPECT_EQ(refused.result, ReconcileOutcome::Result::kError);
+  EXPECT_EQ(refused.error.rfind("write endpointslice ml/gpt: 500", 0), 0u) << refused.error;
+  ASSERT_TRUE(ReconcileUntil("ml/gpt", [&] {
+    auto slice = client_.Get(k8s::EndpointSlices("ml").Named("gpt"));
+    return slice.ok() && (*slice)["endpoints"].size() == 2 && Phase("gpt") == "Running";
+  }));
+  const size_t slice_writes = Writes(slices);
+  const size_t status_writes = Writes("/apis/tessera.dev");
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(Settle("ml/gpt").result, ReconcileOutcome::Result::kSuccess);
+  EXPECT_EQ(Writes(slices), slice_writes) << "an unchanged slice is not sent again";
+  EXPECT_EQ(Writes("/apis/tessera.dev"), status_writes) << "nor an unchanged status";
+
+  ASSERT_TRUE(client_.Delete(k8s::EndpointSlices("ml").Named("gpt"), {}).ok());
+  auto pod = client_.Get(k8s::Pods("ml").Named("gpt-worker-1"));
+  ASSERT_TRUE(pod.ok());
+  (*pod)["status"]["podIP"] = "10.244.0.10";
+  ASSERT_TRUE(client_.UpdateStatus(k8s::Pods("ml").Named("gpt-worker-1"), *pod).ok());
+  ASSERT_TRUE(ReconcileUntil("ml/gpt", [&] {
+    auto slice = client_.Get(k8s::EndpointSlices("ml").Named("gpt"));
+    return slice.ok() && (*slice)["endpoints"].dump().find("10.244.0.10") != std::string::npos;
+  }));
+}
+
+// The API server's answer to the status write decides the outcome: a conflict is retried as
+// such, a job deleted meanwhile is done with, anything else is an error.
+TEST_F(ControllerTest, StatusWriteAnswersDecideTheOutcome) {
+  struct Case {
+    int code;
+    ReconcileOutcome::Result want;
+  };
+  const Case cases[] = {{409, ReconcileOutcome::Result::kConflict},
+                        {404, ReconcileOutcome::Result::kSuccess},
+                        {500, ReconcileOutcome::Result::kError}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.code);
+    const std::string name = "job-" + std::to_string(c.code);
+    Create(TrainingJobs("ml"), JobObject(name, 1));
+    ASSERT_TRUE(WaitUntil([&] { return controller_->CachedJob("ml/" + name) != nullptr; }));
+    server_.FailNext("PUT", 1, c.code);  // the first PUT of a new job's reconcile: its status
+    const ReconcileOutcome out = controller_->Reconcile("ml/" + name);
+    EXPECT_EQ(out.result, c.want) << out.error;
+    EXPECT_EQ(
+        server_.CountRequests(
+            "PUT", "/apis/tessera.dev/v1alpha1/namespaces/ml/trainingjobs/" + name + "/status"),
+        1u);
+  }
+}
+
+// The controller's own status write is awaited in the cache before it decides again: while
+// the watches stall, reconciling again writes nothing.
+TEST_F(ControllerTest, OwnStatusWriteIsAwaitedBeforeDecidingAgain) {
+  Create(TrainingJobs("ml"), JobObject("bad", 2, R"({"workers": 0})"));
+  ASSERT_TRUE(WaitUntil([&] { return controller_->CachedJob("ml/bad") != nullptr; }));
+  server_.HoldWatches(true);
+  ASSERT_EQ(controller_->Reconcile("ml/bad").result, ReconcileOutcome::Result::kSuccess);
+  const size_t puts = server_.CountRequests("PUT", "/apis/tessera.dev");
+  ASSERT_EQ(puts, 1u);
+  for (int i = 0; i < 3; ++i) {
+    const ReconcileOutcome out = controller_->Reconcile("ml/bad");
+    EXPECT_EQ(out.result, ReconcileOutcome::Result::kSuccess) << out.error;
+    EXPECT_TRUE(out.requeue_after.has_value());
+  }
+  EXPECT_EQ(server_.CountRequests("PUT", "/apis/tessera.dev"), puts);
+  server_.HoldWatches(false);
+  EXPECT_EQ(Phase("bad"), "Failed");
+}
+
+// Refused pod creates are retried at once, not after the expectations' TTL: a refused create
+// is expected no more.
+TEST_F(ControllerTest, RefusedPodCreatesAreRetriedWithoutWaitingForTheirExpectations) {
+  Create(TrainingJobs("ml"), JobObject("gpt", 1));
+  ASSERT_TRUE(WaitUntil([&] { return controller_->CachedJob("ml/gpt") != nullptr; }));
+  transport_.refuse_pod_creates = 2;
+  for (int i = 0; i < 2; ++i) {
+    const ReconcileOutcome out = controller_->Reconcile("ml/gpt");
+    EXPECT_EQ(out.result, ReconcileOutcome::Result::kError);
+    EXPECT_NE(out.error.find("create pod ml/gpt-worker-0: 403"), std::string::npos) << out.error;
+    ASSERT_TRUE(WaitUntil([&] {
+      const auto cached = controller_->CachedJob("ml/gpt");
+      return cached &&
+             (*cached)["metadata"]["resourceVersion"] == Job("gpt")["metadata"]["resourceVersion"];
+    }));
+  }
+  EXPECT_EQ(Sample(metrics_, "tessera_jobs", {{"phase", "Pending"}}), 1.0);
+  ASSERT_TRUE(ReconcileUntil("ml/gpt", [&] { return Pods().size() == 1; }));
+}
+
+// A create that went through before, unseen (its expectation expired before the cache showed
+// it, and the status that said so was refused), is answered "already exists": that counts as
+// created, not as a refusal.
+TEST_F(ControllerTest, ACreateThatWentThroughBeforeCountsAsDone) {
+  ASSERT_NO_FATAL_FAILURE(StartController(0s));
+  Create(TrainingJobs("ml"), JobObject("gpt", 2));
+  ASSERT_TRUE(WaitUntil([&] { return controller_->CachedJob("ml/gpt") != nullptr; }));
+  server_.HoldWatches(true);
+  server_.FailNext("PUT", 1, 500);
+  ASSERT_EQ(controller_->Reconcile("ml/gpt").result, ReconcileOutcome::Result::kError);
+  ASSERT_EQ(Pods().size(), 2u);
+  const ReconcileOutcome again = controller_->Reconcile("ml/gpt");
+  EXPECT_EQ(again.result, ReconcileOutcome::Result::kSuccess) << again.error;
+  EXPECT_EQ(server_.CountRequests("POST", "/api/v1/namespaces/ml/pods"), 4u);
+  server_.HoldWatches(false);
+  const auto reasons = events_.Reasons();
+  EXPECT_EQ(std::count(reasons.begin(), reasons.end(), "Warning/FailedCreate"), 0);
+  EXPECT_EQ(Pods().size(), 2u);
+}
+
+// The watches stall after the controller created the pods and its status write was refused:
+// the creates alone are awaited, and nothing is created twice.
+TEST_F(ControllerTest, LaggingCacheNeverCreatesTwiceAfterARefusedStatusWrite) {
+  Create(TrainingJobs("ml"), JobObject("gpt", 3));
+  ASSERT_TRUE(WaitUntil([&] { return controller_->CachedJob("ml/gpt") != nullptr; }));
+  server_.HoldWatches(true);
+  server_.FailNext("PUT", 1, 409);
+  ASSERT_EQ(controller_->Reconcile("ml/gpt").result, ReconcileOutcome::Result::kConflict);
+  const std::string pods_path = "/api/v1/namespaces/ml/pods";
+  ASSERT_EQ(server_.CountRequests("POST", pods_path), 3u);
+  for (int i = 0; i < 3; ++i) {
+    const ReconcileOutcome out = controller_->Reconcile("ml/gpt");
+    EXPECT_EQ(out.result, ReconcileOutcome::Result::kSuccess) << out.error;
+    EXPECT_TRUE(out.requeue_after.has_value());
+  }
+  EXPECT_EQ(server_.CountRequests("POST", pods_path), 3u);
+  server_.HoldWatches(false);
+}
+
+// A pod of an earlier job of the same name (another owner uid) is neither counted as a
+// worker nor touched: the garbage collector removes it.
+TEST_F(ControllerTest, PodsOfAnEarlierJobOfTheSameNameAreIgnored) {
+  Create(k8s::Pods("ml"),
+         {{"apiVersion", "v1"},
+          {"kind", "Pod"},
+          {"metadata",
+           {{"name", "gpt-worker-5"},
+            {"namespace", "ml"},
+            {"labels",
+             {{"tessera.dev/job-name", "gpt"},
+              {"tessera.dev/worker-index", "0"},
+              {"tessera.dev/attempt", "4"}}},
+            {"ownerReferences", Json::array({{{"apiVersion", "tessera.dev/v1alpha1"},
+                                              {"kind", "TrainingJob"},
+                                              {"name", "gpt"},
+                                              {"uid", "uid-of-an-earlier-gpt"},
+                                              {"controller", true}}})}}},
+          {"spec", {{"containers", Json::array({{{"name", "worker"}, {"image", "busybox"}}})}}},
+          {"status", {{"phase", "Failed"}}}});
+  Create(TrainingJobs("ml"), JobObject("gpt", 2));
+  ASSERT_TRUE(ReconcileUntil("ml/gpt", [&] { return Phase("gpt") == "Starting"; }));
+  Json status = Status("gpt");  // not const: a missing field reads as null
+  EXPECT_EQ(status["attempt"], 0);
+  EXPECT_EQ(status.value("restarts", 0), 0);
+  EXPECT_EQ(Pods().size(), 3u);
+  EXPECT_TRUE(client_.Get(k8s::Pods("ml").Named("gpt-worker-5")).ok());
+}
+
+// A pod event reconciles its job after the batching delay, a job event at once.
+TEST_F(ControllerTest, PodEventsWaitForTheBatchJobEventsDoNot) {
+  ControllerOptions options;
+  options.pod_event_batch = 1h;
+  ASSERT_NO_FATAL_FAILURE(StartController(options));
+  for (const char* name : {"other-worker-0", "other-worker-1"}) {
+    controller_->expectations().ExpectCreation("ml/other", name);
+    Create(
+        k8s::Pods("ml"),
+        {{"apiVersion", "v1"},
+         {"kind", "Pod"},
+         {"metadata",
+          {{"name", name}, {"namespace", "ml"}, {"labels", {{"tessera.dev/job-name", "other"}}}}}});
+  }
+  // Pod events are handled in order: once the second is seen, the first was queued.
+  ASSERT_TRUE(WaitUntil([&] { return controller_->expectations().Satisfied("ml/other"); }));
+  EXPECT_EQ(controller_->QueueLength(), 0u);
+  Create(TrainingJobs("ml"), JobObject("gpt", 1));
+  EXPECT_TRUE(WaitUntil([&] { return controller_->QueueLength() == 1; }));
+}
+
+// The workers: a refused status write is retried by the queue (the pods' own events wait for
+// their batch), counted by result.
+TEST_F(ControllerTest, WorkersRetryARefusedStatusWrite) {
+  struct Case {
+    int code;
+    const char* result;
+  };
+  ControllerOptions options;
+  options.pod_event_batch = 1h;
+  ASSERT_NO_FATAL_FAILURE(StartController(options));
+  controller_->RunWorkers();
+  for (const Case c : {Case{409, "conflict"}, Case{500, "error"}}) {
+    SCOPED_TRACE(c.code);
+    const std::string name = "job-" + std::to_string(c.code);
+    server_.FailNext("PUT", 1, c.code);
+    Create(TrainingJobs("ml"), JobObject(name, 1));
+    EXPECT_TRUE(WaitUntil([&] { return Phase(name) == "Starting"; }));
+    EXPECT_EQ(Sample(metrics_, "tessera_controller_reconcile_total", {{"result", c.result}}), 1.0);
+  }
+}
+
+// The workers react to a spec change (suspend), and to the end of a finished job's TTL.
+TEST_F(ControllerTest, WorkersFollowSpecChangesAndDeleteAFinishedJobAfterItsTtl) {
+  ControllerOptions options;
+  options.pod_event_batch = 0s;
+  ASSERT_NO_FATAL_FAILURE(StartController(options));
+  controller_->RunWorkers();
+  Create(TrainingJobs("ml"),
+         JobObject("gpt", 1, R"({"runPolicy": {"ttlSecondsAfterFinished": 1}})"));
+  ASSERT_TRUE(WaitUntil([&] { return Pods().size() == 1; }));
+  SetPodPhase("gpt-worker-0", "Running");
+  ASSERT_TRUE(WaitUntil([&] { return Phase("gpt") == "Running"; }));
+  SetPodPhase("gpt-worker-0", "Succeeded");
+  ASSERT_TRUE(WaitUntil([&] { return Phase("gpt") == "Succeeded"; }));
+  const std::string uid = Job("gpt")["metadata"]["uid"];
+  ASSERT_TRUE(WaitUntil([&] { return !client_.Get(TrainingJobs("ml").Named("gpt")).ok(); }));
+  const auto deletes = Deletes("/apis/tessera.dev/v1alpha1/namespaces/ml/trainingjobs/gpt");
+  ASSERT_EQ(deletes.size(), 1u);
+  EXPECT_EQ(deletes[0].value("propagationPolicy", ""), "Background");
+  EXPECT_EQ(deletes[0].value("preconditions", Json::object()).value("uid", ""), uid);
+
+  auto berts = [&] {
+    const auto pods = Pods();
+    return std::count_if(pods.begin(), pods.end(), [](const Json& p) {
+      return p["metadata"]["labels"]["tessera.dev/job-name"] == "bert";
+    });
+  };
+  Create(TrainingJobs("ml"), JobObject("bert", 2));
+  ASSERT_TRUE(WaitUntil([&] { return berts() == 2; }));
+  ASSERT_TRUE(WaitUntil([&] {  // the workers write its status meanwhile: retry on conflict
+    Json bert = Job("bert");
+    bert["spec"]["suspend"] = true;
+    return client_.Update(TrainingJobs("ml").Named("bert"), bert).ok();
+  }));
+  EXPECT_TRUE(WaitUntil([&] { return Phase("bert") == "Suspended" && berts() == 0; }));
+}
+
+// A running job is decided again at the earliest of what it waits for: its active deadline, or
+// the moment its worker on a NotReady node counts as lost (the pod's grace period after the
+// node stopped being ready).
+TEST_F(ControllerTest, RequeueIsTheEarliestOfTheDeadlineAndALostNodesGrace) {
+  Create(k8s::Nodes(),
+         {{"apiVersion", "v1"},
+          {"kind", "Node"},
+          {"metadata", {{"name", "n1"}}},
+          {"status",
+           {{"conditions", Json::array({{{"type", "Ready"},
+                                         {"status", "False"},
+                                         {"lastTransitionTime",
+                                          FormatTime(std::chrono::system_clock::now())}}})}}}});
+  ASSERT_NO_FATAL_FAILURE(StartController(ControllerOptions{}));  // lists the node
+  struct Case {
+    const char* name;
+    int deadline_seconds;
+    std::chrono::seconds min, max;
+  };
+  // The grace period is 600 s.
+  const Case cases[] = {{"deadline-first", 60, 1s, 60s}, {"node-first", 3600, 500s, 600s}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Create(TrainingJobs("ml"),
+           JobObject(c.name, 1,
+                     R"({"runPolicy": {"backoffLimit": 1, "activeDeadlineSeconds": )" +
+                         std::to_string(c.deadline_seconds) +
+                         R"(}, "template": {"spec": {"terminationGracePeriodSeconds": 600,
+                            "containers": [{"name": "worker", "image": "busybox", "command": ["true"]}]}}})"));
+    const std::string pod_name = std::string(c.name) + "-worker-0";
+    ASSERT_TRUE(ReconcileUntil("ml/" + std::string(c.name),
+                               [&] { return client_.Get(k8s::Pods("ml").Named(pod_name)).ok(); }));
+    auto pod = client_.Get(k8s::Pods("ml").Named(pod_name));
+    ASSERT_TRUE(pod.ok());
+    (*pod)["spec"]["nodeName"] = "n1";
+    ASSERT_TRUE(client_.Update(k8s::Pods("ml").Named(pod_name), *pod).ok());
+    SetPodPhase(pod_name, "Running");
+    ASSERT_TRUE(
+        ReconcileUntil("ml/" + std::string(c.name), [&] { return Phase(c.name) == "Running"; }));
+    const ReconcileOutcome out = Decided("ml/" + std::string(c.name));
+    ASSERT_TRUE(out.requeue_after.has_value());
+    EXPECT_GE(*out.requeue_after, c.min);
+    EXPECT_LE(*out.requeue_after, c.max);
+  }
+}
+
+// A node that goes away takes its workers with it: the workers reconcile the jobs on it at
+// once, deleting those pods by force (their kubelet is gone) and restarting the gang.
+TEST_F(ControllerTest, WorkersRestartAGangWhoseNodeIsGone) {
+  Create(k8s::Nodes(),
+         {{"apiVersion", "v1"},
+          {"kind", "Node"},
+          {"metadata", {{"name", "n1"}}},
+          {"status", {{"conditions", Json::array({{{"type", "Ready"}, {"status", "True"}}})}}}});
+  ControllerOptions options;
+  options.pod_event_batch = 0s;
+  ASSERT_NO_FATAL_FAILURE(StartController(options));  // lists the node
+  controller_->RunWorkers();
+  Create(TrainingJobs("ml"), JobObject("gpt", 2));
+  ASSERT_TRUE(WaitUntil([&] { return Pods().size() == 2; }));
+  for (const char* name : {"gpt-worker-0", "gpt-worker-1"}) {
+    auto pod = client_.Get(k8s::Pods("ml").Named(name));
+    ASSERT_TRUE(pod.ok());
+    (*pod)["spec"]["nodeName"] = "n1";
+    ASSERT_TRUE(client_.Update(k8s::Pods("ml").Named(name), *pod).ok());
+    SetPodPhase(name, "Running");
+  }
+  ASSERT_TRUE(WaitUntil([&] { return Phase("gpt") == "Running"; }));
+  std::map<std::string, std::string> uids;
+  for (const Json& pod : Pods())
+    uids[pod["metadata"]["name"]] = pod["metadata"]["uid"];
+  const size_t deletes_before = server_.CountRequests("DELETE", "/api/v1/namespaces/ml/pods");
+  ASSERT_TRUE(client_.Delete(k8s::Nodes().Named("n1"), {}).ok());
+  ASSERT_TRUE(WaitUntil([&] { return Status("gpt").value("restarts", 0) == 1; }));
+  EXPECT_GT(server_.CountRequests("DELETE", "/api/v1/namespaces/ml/pods"), deletes_before);
+  for (const char* name : {"gpt-worker-0", "gpt-worker-1"}) {
+    const auto deletes = Deletes(std::string("/api/v1/namespaces/ml/pods/") + name);
+    ASSERT_FALSE(deletes.empty()) << name;
+    EXPECT_EQ(deletes[0].value("gracePeriodSeconds", -1), 0) << name;
+    EXPECT_EQ(deletes[0].value("preconditions", Json::object()).value("uid", ""), uids[name])
+        << name;
+  }
+}
+
+// Until every cache has listed, the controller is not synced: here the nodes cannot be listed.
+TEST_F(ControllerTest, NotSyncedWhileAListFails) {
+  controller_.reset();
+  transport_.refuse_node_lists = true;
+  controller_ =
+      std::make_unique<Controller>(client_, events_, &metrics_, nullptr, ControllerOptions{});
+  controller_->StartInformers();
+  EXPECT_FALSE(controller_->WaitForSync(300ms));
+  EXPECT_FALSE(controller_->Synced());
+}
+
+// The cache keeps a job without kubectl's copy of it (cache_trim.h).
+TEST_F(ControllerTest, CachedJobsAreTrimmed) {
+  Json job = JobObject("gpt", 1);
+  job["metadata"]["annotations"] = {
+      {"kubectl.kubernetes.io/last-applied-configuration", JobObject("gpt", 1).dump()},
+      {"team", "a"}};
+  Create(TrainingJobs("ml"), job);
+  ASSERT_TRUE(WaitUntil([&] { return controller_->CachedJob("ml/gpt") != nullptr; }));
+  EXPECT_EQ((*controller_->CachedJob("ml/gpt"))["metadata"]["annotations"], (Json{{"team", "a"}}));
+}
+
+// A watch that must list again (its resourceVersion compacted away) is counted, by resource.
+TEST_F(ControllerTest, RelistsAreCountedByResource) {
+  server_.HoldWatches(true);
+  Create(TrainingJobs("ml"), JobObject("gpt", 1));
+  server_.Compact();
+  server_.CloseWatches();
+  server_.HoldWatches(false);
+  EXPECT_TRUE(WaitUntil([&] {
+    return Sample(metrics_, "tessera_controller_watch_restarts_total",
+                  {{"resource", "trainingjobs"}})
+               .value_or(0) >= 1;
+  }));
+}
+
+// The controller's status write may reach the cache only through a relist, as a later object
+// that carries it: that too counts as seen, and the job is decided again at once.
+TEST_F(ControllerTest, OwnStatusSeenThroughARelistIsNotAwaitedAgain) {
+  Create(TrainingJobs("ml"), JobObject("bad", 2, R"({"workers": 0})"));
+  ASSERT_TRUE(WaitUntil([&] { return controller_->CachedJob("ml/bad") != nullptr; }));
+  server_.HoldWatches(true);
+  ASSERT_EQ(controller_->Reconcile("ml/bad").result, ReconcileOutcome::Result::kSuccess);
+  Json job = Job("bad");
+  job["metadata"]["labels"] = {{"team", "a"}};
+  ASSERT_TRUE(client_.Update(TrainingJobs("ml").Named("bad"), job).ok());
+  server_.Compact();
+  server_.CloseWatches();
+  server_.HoldWatches(false);
+  ASSERT_TRUE(CacheHasJob("bad"));
+  ASSERT_EQ(controller_->Reconcile("ml/bad").result, ReconcileOutcome::Result::kSuccess);
+  EXPECT_EQ(controller_->expectations().PendingJobs(), 0u);
+}
+
+// An attempt's pods are created concurrently, up to max_parallel_creates at once; after the
+// first refusal no further create starts.
+TEST_F(ControllerTest, PodCreatesRunConcurrentlyAndStopAtTheFirstRefusal) {
+  transport_.gate_pod_creates = 3;
+  Create(TrainingJobs("ml"), JobObject("wide", 3));
+  ASSERT_TRUE(WaitUntil([&] { return controller_->CachedJob("ml/wide") != nullptr; }));
+  controller_->Reconcile("ml/wide");
+  EXPECT_EQ(transport_.MaxPodCreatesInFlight(), 3);
+  transport_.gate_pod_creates = 0;
+
+  ControllerOptions options;
+  options.max_parallel_creates = 1;
+  ASSERT_NO_FATAL_FAILURE(StartController(options));
+  Create(TrainingJobs("ml"), JobObject("narrow", 3));
+  ASSERT_TRUE(WaitUntil([&] { return controller_->CachedJob("ml/narrow") != nullptr; }));
+  const size_t before = server_.CountRequests("POST", "/api/v1/namespaces/ml/pods");
+  transport_.refuse_pod_creates = 1;
+  EXPECT_EQ(controller_->Reconcile("ml/narrow").result, ReconcileOutcome::Result::kError);
+  EXPECT_EQ(server_.CountRequests("POST", "/api/v1/namespaces/ml/pods"), before)
+      << "the refused create never reached the server, nor any after it";
+  EXPECT_EQ(transport_.refuse_pod_creates, 0);
+}
+
+// A job deleted and created again under its name starts afresh: its refused creates are said
+// again, nothing is awaited for the old one, and its EndpointSlice is not written before its
+// workers have addresses.
+TEST_F(ControllerTest, AJobCreatedAgainUnderItsNameStartsAfresh) {
+  auto recreate = [&] {
+    ASSERT_TRUE(client_.Delete(TrainingJobs("ml").Named("gpt"), {}).ok());
+    for (const Json& pod : Pods())  // as the garbage collector would
+      client_.Delete(k8s::Pods("ml").Named(pod["metadata"]["name"]), {});
+    ASSERT_TRUE(WaitUntil([&] { return controller_->CachedJob("ml/gpt") == nullptr; }));
+    Settle("ml/gpt");
+    EXPECT_EQ(controller_->expectations().PendingJobs(), 0u);
+    Create(TrainingJobs("ml"), JobObject("gpt", 1));
+    ASSERT_TRUE(CacheHasJob("gpt"));
+  };
+  Create(TrainingJobs("ml"), JobObject("gpt", 1));
+  ASSERT_TRUE(CacheHasJob("gpt"));
+  transport_.refuse_pod_creates = 1;
+  EXPECT_EQ(controller_->Reconcile("ml/gpt").result, ReconcileOutcome::Result::kError);
+  EXPECT_EQ(FailedCreateEvents(), 1u);
+
+  ASSERT_NO_FATAL_FAILURE(recreate());
+  transport_.refuse_pod_creates = 1;
+  EXPECT_EQ(controller_->Reconcile("ml/gpt").result, ReconcileOutcome::Result::kError);
+  EXPECT_EQ(FailedCreateEvents(), 2u);
+  ASSERT_TRUE(ReconcileUntil("ml/gpt", [&] { return Phase("gpt") == "Starting"; }));
+  SetPodPhase("gpt-worker-0", "Running");
+  ASSERT_TRUE(ReconcileUntil(
+      "ml/gpt", [&] { return client_.Get(k8s::EndpointSlices("ml").Named("gpt")).ok(); }));
+
+  ASSERT_NO_FATAL_FAILURE(recreate());
+  const size_t slice_writes = Writes("/apis/discovery.k8s.io");
+  ASSERT_TRUE(ReconcileUntil("ml/gpt", [&] { return Phase("gpt") == "Starting"; }));
+  Settle("ml/gpt");
+  EXPECT_EQ(Writes("/apis/discovery.k8s.io"), slice_writes);
+}
+
+// The watches stall after the controller deleted a failed gang (and its status write was
+// refused): reconciling again deletes nothing more until the cache shows the deletes.
+TEST_F(ControllerTest, LaggingCacheNeverDeletesTwice) {
+  ASSERT_NO_FATAL_FAILURE(RunJob("gpt", 2));
+  ASSERT_NO_FATAL_FAILURE(SetPodPhaseSeen("gpt", {"gpt-worker-1"}, "Failed", 3));
+  const std::string pods = "/api/v1/namespaces/ml/pods";
+  const size_t before = server_.CountRequests("DELETE", pods);
+  server_.HoldWatches(true);
+  server_.FailNext("PUT", 1, 409);
+  ASSERT_EQ(controller_->Reconcile("ml/gpt").result, ReconcileOutcome::Result::kConflict);
+  const size_t deletes = server_.CountRequests("DELETE", pods) - before;
+  ASSERT_GT(deletes, 0u);
+  for (int i = 0; i < 3; ++i) {
+    const ReconcileOutcome out = controller_->Reconcile("ml/gpt");
+    EXPECT_EQ(out.result, ReconcileOutcome::Result::kSuccess) << out.error;
+    EXPECT_TRUE(out.requeue_after.has_value());
+  }
+  EXPECT_EQ(server_.CountRequests("DELETE", pods) - before, deletes);
+  server_.HoldWatches(false);
+}
+
+// A pod whose graceful delete has begun (deletionTimestamp set, the pod still there) counts as
+// deleted for what the controller awaits.
+TEST_F(ControllerTest, APodBeingDeletedIsNotAwaitedUntilItIsGone) {
+  ASSERT_NO_FATAL_FAILURE(RunJob("gpt", 2));
+  transport_.graceful_pod_deletes = true;
+  SetPodPhase("gpt-worker-1", "Failed", 3);
+  ASSERT_TRUE(ReconcileUntil("ml/gpt", [&] {
+    const auto pods = Pods();
+    return std::all_of(pods.begin(), pods.end(),
+                       [](const Json& p) { return p["metadata"].contains("deletionTimestamp"); });
+  }));
+  EXPECT_TRUE(
+      ReconcileUntil("ml/gpt", [&] { return controller_->expectations().Satisfied("ml/gpt"); }));
+}
+
+// A pod delete answered 404 (gone already) is done with: no error, and nothing awaited for it.
+TEST_F(ControllerTest, APodDeleteAnsweredNotFoundCountsAsDone) {
+  ASSERT_NO_FATAL_FAILURE(RunJob("gpt", 2));
+  ASSERT_NO_FATAL_FAILURE(SetPodPhaseSeen("gpt", {"gpt-worker-1"}, "Failed", 3));
+  server_.FailNext("DELETE", 2, 404);
+  const ReconcileOutcome out = controller_->Reconcile("ml/gpt");
+  EXPECT_EQ(out.result, ReconcileOutcome::Result::kSuccess) << out.error;
+  EXPECT_TRUE(ReconcileUntil("ml/gpt", [&] {
+    const auto pods = Pods();
+    return Status("gpt").value("restarts", 0) == 1 && pods.size() == 2 &&
+           std::all_of(pods.begin(), pods.end(), [](const Json& p) {
+             return p["metadata"]["labels"]["tessera.dev/attempt"] == "1";
+           });
+  }));
+}
+
+// A finished job past its TTL whose delete is answered 404 (deleted meanwhile) is done with.
+TEST_F(ControllerTest, AFinishedJobsDeleteAnsweredNotFoundIsNoError) {
+  Create(TrainingJobs("ml"),
+         JobObject("gpt", 1,
+                   R"({"runPolicy": {"ttlSecondsAfterFinished": 0, "cleanPodPolicy": "None"}})"));
+  ASSERT_TRUE(ReconcileUntil("ml/gpt", [&] { return Phase("gpt") == "Starting"; }));
+  SetPodPhase("gpt-worker-0", "Running");
+  ASSERT_TRUE(ReconcileUntil("ml/gpt", [&] { return Phase("gpt") == "Running"; }));
+  ASSERT_NO_FATAL_FAILURE(SetPodPhaseSeen("gpt", {"gpt-worker-0"}, "Succeeded"));
+  server_.FailNext("DELETE", 1, 404);
+  const ReconcileOutcome out = controller_->Reconcile("ml/gpt");
+  EXPECT_EQ(out.result, ReconcileOutcome::Result::kSuccess) << out.error;
+  EXPECT_EQ(Deletes("/apis/tessera.dev/v1alpha1/namespaces/ml/trainingjobs/gpt").size(), 1u);
+}
+
+// With the built-in trainer each attempt has its own ConfigMap; a new attempt deletes the
+// previous one's.
+TEST_F(ControllerTest, EachAttemptOfTheBuiltInTrainerHasItsOwnConfigMap) {
+  Json job = JobObject("tiny", 1, R"({"trainer": {"model": {"layers": 2, "dModel": 64, "heads": 4,
+      "seqLen": 64}, "data": {"path": "/data/x.txt"}, "batch": {"global": 16},
+      "schedule": {"steps": 10}}})");
+  job["spec"].erase("template");
+  Create(TrainingJobs("ml"), job);
+  auto exists = [&](int64_t attempt) {
+    return client_.Get(k8s::ConfigMaps("ml").Named(TrainerConfigMapName("tiny", attempt))).ok();
+  };
+  ASSERT_TRUE(ReconcileUntil("ml/tiny", [&] { return Phase("tiny") == "Starting"; }))
+      << Status("tiny").dump();
+  EXPECT_TRUE(exists(0));
+  SetPodPhase("tiny-worker-0", "Failed", 1);
+  ASSERT_TRUE(ReconcileUntil("ml/tiny", [&] { return Status("tiny").value("attempt", 0) == 1; }));
+  ASSERT_TRUE(ReconcileUntil("ml/tiny", [&] { return exists(1); }));
+  EXPECT_FALSE(exists(0));
+}
+
+// A job for a gang scheduler whose PodGroup CRD is not served waits, saying why, and is
+// looked at again after the discovery TTL; once served, its PodGroup comes first. A PodGroup
+// refused (the CRD removed meanwhile) makes discovery ask again.
+TEST_F(ControllerTest, AGangSchedulersPodGroupIsCreatedOnceItsCrdIsServed) {
+  ControllerOptions options;
+  options.discovery_ttl = 50ms;
+  ASSERT_NO_FATAL_FAILURE(StartController(options));
+  const std::string volcano = R"({"scheduling": {"schedulerName": "volcano"}})";
+  Create(TrainingJobs("ml"), JobObject("gang", 2, volcano));
+  ASSERT_TRUE(ReconcileUntil(
+      "ml/gang", [&] { return Condition("gang", "Created") == "False/PodGroupUnavailable"; }));
+  const ReconcileOutcome waiting = Decided("ml/gang");
+  EXPECT_EQ(waiting.requeue_after, 50ms);
+  EXPECT_TRUE(Pods().empty());
+
+  transport_.volcano_served = true;
+  ASSERT_TRUE(ReconcileUntil("ml/gang", [&] { return Pods().size() == 2; }));
+  const k8s::ResourceRef podgroups{"scheduling.volcano.sh", "v1beta1", "podgroups", "ml", ""};
+  EXPECT_TRUE(client_.Get(podgroups.Named(api::PodGroupName("gang"))).ok());
+  // Discovery is asked only before creating: a job that creates nothing needs no answer.
+  ASSERT_TRUE(ReconcileUntil("ml/gang", [&] { return Phase("gang") == "Starting"; }));
+  options.discovery_ttl = 0s;  // nothing remembered
+  ASSERT_NO_FATAL_FAILURE(StartController(options));
+  transport_.fail_discovery = true;
+  EXPECT_EQ(Settle("ml/gang").result, ReconcileOutcome::Result::kSuccess);
+  transport_.fail_discovery = false;
+
+  options.discovery_ttl = 1h;
+  ASSERT_NO_FATAL_FAILURE(StartController(options));
+  Create(TrainingJobs("ml"), JobObject("first", 1, volcano));
+  ASSERT_TRUE(ReconcileUntil("ml/first", [&] { return Phase("first") == "Starting"; }));
+  transport_.volcano_served = false;  // served when asked, gone since
+  Create(TrainingJobs("ml"), JobObject("second", 1, volcano));
+  ASSERT_TRUE(ReconcileUntil(
+      "ml/second", [&] { return Condition("second", "Created") == "False/PodGroupUnavailable"; }));
+}
+
+// The workers forget a deleted job (it leaves tessera_jobs).
+TEST_F(ControllerTest, WorkersForgetADeletedJob) {
+  ControllerOptions options;
+  options.pod_event_batch = 0s;
+  ASSERT_NO_FATAL_FAILURE(StartController(options));
+  controller_->RunWorkers();
+  Create(TrainingJobs("ml"), JobObject("gpt", 1));
+  ASSERT_TRUE(WaitUntil([&] {
+    return Sample(metrics_, "tessera_jobs", {{"phase", "Starting"}}) == 1.0;
+  }));
+  ASSERT_TRUE(client_.Delete(TrainingJobs("ml").Named("gpt"), {}).ok());
+  EXPECT_TRUE(WaitUntil([&] {
+    return Sample(metrics_, "tessera_jobs", {{"phase", "Starting"}}) == 0.0;
+  }));
 }
 
 }  // namespace

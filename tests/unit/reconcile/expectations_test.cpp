@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <future>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -97,14 +98,20 @@ TEST(Expectations, TimeToExpiryIsNeverNegative) {
 class ScriptedReader : public ProgressReader {
  public:
   std::optional<nlohmann::json> Read(const std::string& host, int port,
-                                     std::chrono::milliseconds) override {
+                                     std::chrono::milliseconds timeout) override {
     std::lock_guard<std::mutex> lock(mu);
     contacted.insert(host + ":" + std::to_string(port));
+    timeouts.insert(timeout);
     return body;
+  }
+  std::set<std::string> Contacted() {
+    std::lock_guard<std::mutex> lock(mu);
+    return contacted;
   }
   std::mutex mu;
   std::optional<nlohmann::json> body;
   std::set<std::string> contacted;
+  std::set<std::chrono::milliseconds> timeouts;
 };
 
 // A stop ends the round after the read in progress: every read of a pod that does not answer
@@ -151,6 +158,45 @@ TEST(ProgressPoller, LoopbackOnlyNeverContactsPodIps) {
   EXPECT_EQ(changed.size(), 1u);
   poller.Track("ns/b", "pod-b2", 2, "127.0.0.1", 9401);
   EXPECT_FALSE(poller.Latest("ns/b", "pod-b2").has_value());
+}
+
+// A job's next pod generation is read at its own address, with the configured timeout; an
+// untracked job is read no more.
+TEST(ProgressPoller, ReadsTheCurrentPodsAddressUntilUntracked) {
+  ScriptedReader reader;
+  reader.body = nlohmann::json{{"step", 5}};
+  ProgressPoller poller(reader, {ProgressPolling::kPods, 1h, 1500ms}, nullptr);
+  poller.Track("ns/a", "pod-a", 0, "10.244.0.7", 9400);
+  poller.Track("ns/a", "pod-a2", 1, "10.244.0.8", 9401);
+  poller.PollOnce();
+  EXPECT_EQ(reader.contacted, (std::set<std::string>{"10.244.0.8:9401"}));
+  EXPECT_EQ(reader.timeouts, (std::set<std::chrono::milliseconds>{1500ms}));
+  poller.Untrack("ns/a");
+  EXPECT_EQ(poller.Targets(), 0u);
+  EXPECT_FALSE(poller.Latest("ns/a", "pod-a2").has_value());
+}
+
+// Once started, the poller reads its targets every interval on its own thread; Stop ends it
+// at once, not at the end of the interval.
+TEST(ProgressPoller, StartedItPollsEachIntervalAndStopEndsItAtOnce) {
+  ScriptedReader reader;
+  reader.body = nlohmann::json{{"step", 1}};
+  ProgressPoller often(reader, {ProgressPolling::kLoopbackOnly, 10ms, 1s}, nullptr);
+  often.Track("ns/a", "pod-a", 0, "127.0.0.1", 9400);
+  often.Start();
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (reader.Contacted().empty() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(5ms);
+  EXPECT_EQ(reader.Contacted(), (std::set<std::string>{"127.0.0.1:9400"}));
+  often.Stop();
+
+  ProgressPoller seldom(reader, {ProgressPolling::kLoopbackOnly, 1h, 1s}, nullptr);
+  seldom.Start();
+  auto stopped = std::async(std::launch::async, [&] { seldom.Stop(); });
+  if (stopped.wait_for(20s) != std::future_status::ready) {
+    ADD_FAILURE() << "Stop waited for the interval";
+    std::abort();  // the poller's thread cannot be abandoned safely
+  }
 }
 
 TEST(ProgressPoller, PodsModeNeedsAnAddress) {
@@ -262,6 +308,9 @@ TEST(ProgressPoller, ParsesTheTrainerJson) {
       {{"step", 42}, {"totalSteps", 100}, {"loss", 1.25}, {"tokensPerSecond", 9.5}}, 3);
   ASSERT_TRUE(s.has_value());
   EXPECT_EQ(*s, (ProgressSample{3, 42, {100, 1.25, 9.5}}));
+  s = ParseProgress({{"step", 43}, {"valLoss", 1.5}}, 3);
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->detail.val_loss, 1.5);
   EXPECT_FALSE(ParseProgress({{"step", "x"}}, 0).has_value());
   EXPECT_FALSE(ParseProgress({{"step", -1}}, 0).has_value());
   EXPECT_FALSE(ParseProgress(nlohmann::json::array(), 0).has_value());
