@@ -408,19 +408,33 @@ k8s::Result<std::optional<lifecycle::Observation::Blocker>> Controller::Creation
 std::optional<std::string> Controller::CreatePods(const std::string& key, const Json& job,
                                                   const std::vector<Json>& pods) {
   const std::string ns = MetaString(job, "namespace");
-  return RunEach(pods.size(), options_.max_parallel_creates,
-                 [this, &key, &ns, &pods](size_t i) -> std::optional<std::string> {
-                   const Json& pod = pods[i];
-                   const std::string name = pod["metadata"]["name"];
-                   expectations_.ExpectCreation(key, name);
-                   auto created = client_.Create(k8s::Pods(ns), pod);
-                   if (created.ok())
-                     return std::nullopt;
-                   expectations_.CreationFailed(key, name);
-                   if (created.error().IsAlreadyExists())
-                     return std::nullopt;  // an earlier decision's create went through: done
-                   return "create pod " + ns + "/" + name + ": " + created.error().ToString();
-                 });
+  const std::string uid = MetaString(job, "uid");
+  return RunEach(
+      pods.size(), options_.max_parallel_creates,
+      [this, &key, &ns, &uid, &pods](size_t i) -> std::optional<std::string> {
+        const Json& pod = pods[i];
+        const std::string name = pod["metadata"]["name"];
+        expectations_.ExpectCreation(key, name);
+        auto created = client_.Create(k8s::Pods(ns), pod);
+        if (created.ok())
+          return std::nullopt;
+        expectations_.CreationFailed(key, name);
+        const std::string what = "create pod " + ns + "/" + name + ": ";
+        if (!created.error().IsAlreadyExists())
+          return what + created.error().ToString();
+        // Most often an earlier decision's create that went through, unseen by the cache:
+        // done. A pod of that name this job does not own (an earlier job's, not yet collected,
+        // or anyone's) would hold the worker unseen until the startup timeout: said instead,
+        // and retried with back-off until it is gone.
+        auto existing = client_.Get(k8s::Pods(ns).Named(name));
+        if (!existing.ok())
+          return what + "exists already, then reading it failed: " + existing.error().ToString();
+        if (ControlledBy(*existing, uid))
+          return std::nullopt;
+        return what + "a pod of that name exists that this job does not own (its controller: " +
+               DescribeController(*existing) +
+               "); the worker is created once it is gone: delete it unless it is on its way out";
+      });
 }
 
 std::optional<std::string> Controller::SyncEndpointSlice(const std::string& key,

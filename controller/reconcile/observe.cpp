@@ -101,6 +101,20 @@ bool ControlledBy(const Json& object, const std::string& uid) {
   return false;
 }
 
+std::string DescribeController(const Json& object) {
+  const Json& meta = Metadata(object);
+  auto owners = meta.find("ownerReferences");
+  if (owners != meta.end() && owners->is_array()) {
+    for (const Json& owner : *owners) {
+      auto controller = owner.is_object() ? owner.find("controller") : owner.end();
+      if (controller != owner.end() && controller->is_boolean() && controller->get<bool>())
+        return StringAt(owner, "kind") + " " + StringAt(owner, "name") + " (uid " +
+               StringAt(owner, "uid") + ")";
+    }
+  }
+  return "no controller";
+}
+
 bool Deleting(const Json& object) {
   const Json& meta = Metadata(object);
   auto at = meta.find("deletionTimestamp");

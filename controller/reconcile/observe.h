@@ -24,6 +24,9 @@ std::string JobKeyOf(const Json& object);
 // Whether `object` has an owner reference to `uid` with controller: true.
 bool ControlledBy(const Json& object, const std::string& uid);
 
+// Its controlling owner reference as "<kind> <name> (uid <uid>)", or "no controller".
+std::string DescribeController(const Json& object);
+
 // Whether metadata.deletionTimestamp is set.
 bool Deleting(const Json& object);
 

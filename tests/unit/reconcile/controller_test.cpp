@@ -18,6 +18,7 @@
 
 #include "api/contract.h"
 #include "controller/reconcile/objects.h"
+#include "controller/reconcile/observe.h"
 #include "controller/reconcile/rfc3339.h"
 #include "tests/unit/k8s/fake_apiserver.h"
 
@@ -933,6 +934,61 @@ TEST_F(ControllerTest, PodsOfAnEarlierJobOfTheSameNameAreIgnored) {
   EXPECT_EQ(status.value("restarts", 0), 0);
   EXPECT_EQ(Pods().size(), 3u);
   EXPECT_TRUE(client_.Get(k8s::Pods("ml").Named("gpt-worker-5")).ok());
+}
+
+// A pod with a worker's name that the job does not own (here an earlier job's of the same
+// name, not yet collected; or anyone's) is said, in the reconcile's error, a FailedCreate event
+// and the status, and the worker is created once it is gone. Before, "already exists" counted
+// as created: the worker was held, unsaid, until the startup timeout.
+TEST_F(ControllerTest, APodOfAWorkersNameThatTheJobDoesNotOwnIsSaidAndWaitedFor) {
+  Create(k8s::Pods("ml"),
+         {{"apiVersion", "v1"},
+          {"kind", "Pod"},
+          {"metadata",
+           {{"name", "gpt-worker-1"},
+            {"namespace", "ml"},
+            {"labels", {{"tessera.dev/job-name", "gpt"}, {"tessera.dev/worker-index", "1"}}},
+            {"ownerReferences", Json::array({{{"apiVersion", "tessera.dev/v1alpha1"},
+                                              {"kind", "TrainingJob"},
+                                              {"name", "gpt"},
+                                              {"uid", "uid-of-an-earlier-gpt"},
+                                              {"controller", true}}})}}},
+          {"spec", {{"containers", Json::array({{{"name", "worker"}, {"image", "busybox"}}})}}},
+          {"status", {{"phase", "Running"}}}});
+  Create(TrainingJobs("ml"), JobObject("gpt", 2));
+  ASSERT_TRUE(WaitUntil([&] { return controller_->CachedJob("ml/gpt") != nullptr; }));
+  const ReconcileOutcome out = controller_->Reconcile("ml/gpt");
+  EXPECT_EQ(out.result, ReconcileOutcome::Result::kError);
+  EXPECT_EQ(out.error,
+            "create pod ml/gpt-worker-1: a pod of that name exists that this job does not own "
+            "(its controller: TrainingJob gpt (uid uid-of-an-earlier-gpt)); the worker is created "
+            "once it is gone: delete it unless it is on its way out");
+  EXPECT_EQ(FailedCreateEvents(), 1u);
+  ASSERT_TRUE(WaitUntil([&] {
+    for (const Json& c : Status("gpt").value("conditions", Json::array())) {
+      if (c.value("type", "") == "Created" && c.value("reason", "") == "FailedCreate")
+        return c.value("message", "").find("does not own") != std::string::npos;
+    }
+    return false;
+  }));
+
+  // Without any owner, the same.
+  auto foreign = client_.Get(k8s::Pods("ml").Named("gpt-worker-1"));
+  ASSERT_TRUE(foreign.ok());
+  (*foreign)["metadata"].erase("ownerReferences");
+  ASSERT_TRUE(client_.Update(k8s::Pods("ml").Named("gpt-worker-1"), *foreign).ok());
+  ASSERT_TRUE(WaitUntil([&] {
+    return controller_->Reconcile("ml/gpt").error.find("(its controller: no controller)") !=
+           std::string::npos;
+  }));
+
+  ASSERT_TRUE(client_.Delete(k8s::Pods("ml").Named("gpt-worker-1"), {}).ok());
+  ASSERT_TRUE(ReconcileUntil("ml/gpt", [&] {
+    auto pod = client_.Get(k8s::Pods("ml").Named("gpt-worker-1"));
+    return pod.ok() && ControlledBy(*pod, Job("gpt")["metadata"]["uid"]);
+  }));
+  ASSERT_TRUE(ReconcileUntil("ml/gpt", [&] { return Phase("gpt") == "Starting"; }));
+  EXPECT_EQ(Pods().size(), 2u);
 }
 
 // A pod event reconciles its job after the batching delay, a job event at once.
