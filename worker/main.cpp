@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "api/flag_checks.h"
 #include "api/version.h"
 #include "worker/agent.h"
 #include "worker/comm/device_mesh.h"
@@ -299,6 +300,7 @@ int main(int argc, char** argv) {
   agent_cmd
       ->add_option("--grace", grace_seconds,
                    "Seconds ranks get to stop after SIGTERM before SIGKILL (default 30)")
+      ->check(tessera::NotNaN())
       ->check(CLI::Range(0.0, 86400.0));
   agent_cmd->add_option("command", agent_command, "Your own trainer, after --");
 

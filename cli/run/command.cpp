@@ -2,6 +2,7 @@
 
 #include <memory>
 
+#include "api/flag_checks.h"
 #include "cli/run/runner.h"
 
 namespace tessera::cli {
@@ -25,6 +26,7 @@ void AddRunCommand(CLI::App* app, int* rc) {
                 "Continue from the run directory's checkpoints instead of starting afresh");
   run->add_option("--grace-period", options->grace_seconds,
                   "Seconds between SIGTERM (checkpoint and stop) and SIGKILL when stopping ranks")
+      ->check(NotNaN())
       ->check(CLI::Range(0.0, 86400.0))
       ->capture_default_str();
   run->add_option("--sample", options->sample_chars,

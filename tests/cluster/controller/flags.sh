@@ -8,9 +8,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
-# expect_refused PATTERN FLAGS...: exit 2, and the first line of the output matches PATTERN;
-# the controller's own checks say it in that one line (CLI11's range checks add a line
-# pointing at --help).
+# expect_refused PATTERN FLAGS...: exit 2, and the first line of the output matches PATTERN.
 expect_refused() {
   local pattern=$1 rc=0
   shift

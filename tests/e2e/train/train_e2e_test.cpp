@@ -400,6 +400,12 @@ TEST_F(TrainE2E, CommandLineAndEnvironmentErrorsExitTwoNamingTheOptionOrVariable
       {with({"--threads", "5000"}), {}, 2, "--threads: Value 5000 not in range", false},
       {{}, {}, 2, "tessera-worker: no command; run `tessera-worker rank --config FILE`"},
       {{"agent"}, {}, 2, "tessera-worker agent: give --config FILE"},
+      // A range check lets NaN through (before, the agent took it and ran).
+      {{"agent", "--grace", "nan", "--", "true"},
+       {},
+       2,
+       "--grace: Value nan is not a number",
+       false},
       {{"agent", "--config", config, "--", "true"},
        {},
        2,

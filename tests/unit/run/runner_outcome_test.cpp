@@ -797,6 +797,7 @@ TEST(RunnerOutcomeTest, TheCommandLineTakesEachOptionUpToItsLimit) {
       {"--grace-period 86400", true},
       {"--grace-period -1", false},
       {"--grace-period 86401", false},
+      {"--grace-period nan", false},  // a range check lets NaN through
       {"--sample 0", true},
       {"--sample 1048576", true},
       {"--sample -1", false},
