@@ -2,6 +2,7 @@
 // (DESIGN.md §5). Flags, logging, the metrics and health endpoints, signals; the reconcile
 // loop itself lives in controller/reconcile/. docs/controller.md documents the flags.
 #include <CivetServer.h>
+#include <arpa/inet.h>
 #include <malloc.h>
 #include <prometheus/exposer.h>
 #include <prometheus/registry.h>
@@ -84,6 +85,12 @@ std::optional<std::string> CivetAddress(const std::string& flag) {
   const std::string host = flag.substr(0, colon);
   const std::string port = flag.substr(colon + 1);
   if (port.empty() || port.find_first_not_of("0123456789") != std::string::npos)
+    return std::nullopt;
+  // civetweb reads a dotted host itself, each number modulo 256 (999.0.0.1 listened on the
+  // multicast address 231.0.0.1): such a host must be an IPv4 address. Names are looked up.
+  in_addr ipv4{};
+  if (!host.empty() && host.find_first_not_of("0123456789.") == std::string::npos &&
+      ::inet_pton(AF_INET, host.c_str(), &ipv4) != 1)
     return std::nullopt;
   return (host.empty() ? std::string("0.0.0.0") : host) + ":" + port;
 }

@@ -100,12 +100,14 @@ refused "E leader election: the Lease namespace and name must be set" --leader-e
 accepted --leader-election-renew-deadline 20 --leader-election-retry-period 100
 accepted --leader-election-namespace ""
 
-# Listen addresses: host:port, :port or 0.
+# Listen addresses: host:port, :port or 0; a numeric host must be an IPv4 address.
 for flag in --metrics-bind-address --health-probe-bind-address; do
   accepted $flag 0
   accepted $flag :8080
   accepted $flag 127.0.0.1:9090
-  for bad in 8080 "" "127.0.0.1:" ":80a" localhost; do
+  accepted $flag localhost:9090
+  # 999.0.0.1 listened on 231.0.0.1 (civetweb takes each number modulo 256).
+  for bad in 8080 "" "127.0.0.1:" ":80a" localhost 999.0.0.1:80 1.2.3:80 1.2.3.4.5:80; do
     refused "E $flag $bad: expected host:port, :port or 0" $flag "$bad"
   done
 done
