@@ -498,23 +498,15 @@ TEST_F(ControllerTest, EndpointSliceWrittenBeforeARestartIsReplaced) {
 TEST_F(ControllerTest, RefusedCreatesAreOneWarningEventUntilTheyWork) {
   Create(TrainingJobs("ml"), JobObject("gpt", 2));
   ASSERT_TRUE(WaitUntil([&] { return controller_->CachedJob("ml/gpt") != nullptr; }));
-  auto failed_creates = [&] {
-    const auto reasons = events_.Reasons();
-    return std::count(reasons.begin(), reasons.end(), "Warning/FailedCreate");
-  };
   server_.FailNext("POST", 6, 403);
   for (int i = 0; i < 3; ++i) {
     const ReconcileOutcome out = controller_->Reconcile("ml/gpt");
     EXPECT_EQ(out.result, ReconcileOutcome::Result::kError);
     EXPECT_NE(out.error.find("403"), std::string::npos) << out.error;
     // The refusal is written to the status: let the cache see it before deciding again.
-    ASSERT_TRUE(WaitUntil([&] {
-      const auto cached = controller_->CachedJob("ml/gpt");
-      return cached &&
-             (*cached)["metadata"]["resourceVersion"] == Job("gpt")["metadata"]["resourceVersion"];
-    }));
+    ASSERT_TRUE(CacheHasJob("gpt"));
   }
-  EXPECT_EQ(failed_creates(), 1);
+  EXPECT_EQ(FailedCreateEvents(), 1u);
   EXPECT_TRUE(Pods().empty());
   // Meanwhile the status says why (before, a job whose creates were refused had none).
   auto created = [&] {
@@ -529,7 +521,7 @@ TEST_F(ControllerTest, RefusedCreatesAreOneWarningEventUntilTheyWork) {
   EXPECT_EQ(created().rfind("False/FailedCreate: ", 0), 0u) << created();
   EXPECT_NE(created().find("403"), std::string::npos) << created();
   ASSERT_TRUE(ReconcileUntil("ml/gpt", [&] { return Pods().size() == 2; }));
-  EXPECT_EQ(failed_creates(), 1);
+  EXPECT_EQ(FailedCreateEvents(), 1u);
   ASSERT_TRUE(ReconcileUntil("ml/gpt", [&] { return Phase("gpt") == "Starting"; }));
   EXPECT_EQ(created(), "True/JobCreated: job accepted");
   const auto reasons = events_.Reasons();
@@ -538,7 +530,7 @@ TEST_F(ControllerTest, RefusedCreatesAreOneWarningEventUntilTheyWork) {
   // The gang fails and its next attempt's creates are refused: a new warning.
   SetPodPhase("gpt-worker-0", "Failed", 1);
   server_.FailNext("POST", 2, 403);
-  ASSERT_TRUE(ReconcileUntil("ml/gpt", [&] { return failed_creates() == 2; }));
+  ASSERT_TRUE(ReconcileUntil("ml/gpt", [&] { return FailedCreateEvents() == 2; }));
 }
 
 TEST_F(ControllerTest, FailedWorkerRestartsTheWholeGangThenBackoffLimitFails) {
@@ -858,11 +850,7 @@ TEST_F(ControllerTest, RefusedPodCreatesAreRetriedWithoutWaitingForTheirExpectat
     const ReconcileOutcome out = controller_->Reconcile("ml/gpt");
     EXPECT_EQ(out.result, ReconcileOutcome::Result::kError);
     EXPECT_NE(out.error.find("create pod ml/gpt-worker-0: 403"), std::string::npos) << out.error;
-    ASSERT_TRUE(WaitUntil([&] {
-      const auto cached = controller_->CachedJob("ml/gpt");
-      return cached &&
-             (*cached)["metadata"]["resourceVersion"] == Job("gpt")["metadata"]["resourceVersion"];
-    }));
+    ASSERT_TRUE(CacheHasJob("gpt"));
   }
   EXPECT_EQ(Sample(metrics_, "tessera_jobs", {{"phase", "Pending"}}), 1.0);
   ASSERT_TRUE(ReconcileUntil("ml/gpt", [&] { return Pods().size() == 1; }));
