@@ -49,6 +49,14 @@ struct Parallelism {
 };
 
 struct ModelSpec {
+  // The largest shape the API accepts (the CRD's maximums); the trainer's own YAML is held to
+  // the same, as larger ones exhaust memory planning or overflow the parameter count.
+  static constexpr int64_t kMaxLayers = 1024;
+  static constexpr int64_t kMaxDModel = 65536;
+  static constexpr int64_t kMaxHeads = 1024;
+  static constexpr int64_t kMaxSeqLen = 131072;
+  static constexpr int64_t kMaxVocab = 1048576;
+
   std::string preset;  // "" or a name from ModelPresets()
   std::optional<int64_t> layers;
   std::optional<int64_t> d_model;

@@ -146,22 +146,25 @@ FieldSchema ModelDef() {
           Def("preset", T::kString,
               "A named shape that fills the fields not given: " + shapes + ".")
               .Enum(presets),
-          Def("layers", T::kInteger, "Transformer blocks.").Min(1).Max(1024).Computed("preset"),
+          Def("layers", T::kInteger, "Transformer blocks.")
+              .Min(1)
+              .Max(ModelSpec::kMaxLayers)
+              .Computed("preset"),
           Def("dModel", T::kInteger, "Width of the residual stream (embedding size).")
               .Min(1)
-              .Max(65536)
+              .Max(ModelSpec::kMaxDModel)
               .Computed("preset"),
           Def("heads", T::kInteger, "Attention heads per block; divides dModel.")
               .Min(1)
-              .Max(1024)
+              .Max(ModelSpec::kMaxHeads)
               .Computed("preset"),
           Def("seqLen", T::kInteger, "Context length in tokens (sequence length of a sample).")
               .Min(1)
-              .Max(131072)
+              .Max(ModelSpec::kMaxSeqLen)
               .Computed("preset"),
           Def("vocab", T::kInteger, "Vocabulary size (rows of the token embedding).")
               .Min(2)
-              .Max(1048576)
+              .Max(ModelSpec::kMaxVocab)
               .Computed("the preset's, else 256"),
       })
       .Rules(ModelRules());

@@ -10,8 +10,10 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <tuple>
 #include <vector>
 
+#include "api/job.h"
 #include "api/utf8.h"
 #include "worker/parallel/pipeline/schedule.h"
 #include "worker/train/digest.h"
@@ -260,6 +262,19 @@ Status ValidateTrainerConfig(const TrainerConfig& c, int world_size, int pipelin
            {"logEvery", c.log_every}}) {
     if (Status st = positive(field, v); !st.ok())
       return st;
+  }
+  // The API's bounds: the plan lists every block's tensors and the parameter count multiplies
+  // the sizes, so a larger shape would exhaust memory or overflow int64.
+  using Bounds = api::ModelSpec;
+  for (const auto& [field, v, most] :
+       std::initializer_list<std::tuple<const char*, int64_t, int64_t>>{
+           {"model.layers", c.model.layers, Bounds::kMaxLayers},
+           {"model.dModel", c.model.d_model, Bounds::kMaxDModel},
+           {"model.heads", c.model.heads, Bounds::kMaxHeads},
+           {"model.seqLen", c.model.seq_len, Bounds::kMaxSeqLen},
+           {"model.vocab", c.model.vocab, Bounds::kMaxVocab}}) {
+    if (v > most)
+      return BadConfig(fmt::format("{}: at most {}, got {}", field, most, v));
   }
   if (c.model.d_model % c.model.heads != 0) {
     return BadConfig(fmt::format("model.heads: {} does not divide model.dModel {}", c.model.heads,

@@ -223,6 +223,17 @@ TEST(TrainerConfig, ValidationNamesTheField) {
       {[](TrainerConfig& c) { c.model.heads = 0; }, 1, "model.heads: must be positive, got 0"},
       {[](TrainerConfig& c) { c.model.seq_len = 0; }, 1, "model.seqLen: must be positive, got 0"},
       {[](TrainerConfig& c) { c.model.vocab = -1; }, 1, "model.vocab: must be positive, got -1"},
+      // The API's bounds: past them the plan ran out of memory listing 1298888 blocks' tensors
+      // (trainer_config_fuzz), and the parameter count overflowed int64.
+      {[](TrainerConfig& c) { c.model.layers = 1298888; }, 1,
+       "model.layers: at most 1024, got 1298888"},
+      {[](TrainerConfig& c) { c.model.d_model = 1 << 30; }, 1,
+       "model.dModel: at most 65536, got 1073741824"},
+      {[](TrainerConfig& c) { c.model.heads = 1025; }, 1, "model.heads: at most 1024, got 1025"},
+      {[](TrainerConfig& c) { c.model.seq_len = 131073; }, 1,
+       "model.seqLen: at most 131072, got 131073"},
+      {[](TrainerConfig& c) { c.model.vocab = 1048577; }, 1,
+       "model.vocab: at most 1048576, got 1048577"},
       {[](TrainerConfig& c) { c.schedule.eval_batches = 0; }, 1,
        "schedule.evalBatches: must be positive, got 0"},
       {[](TrainerConfig& c) { c.log_every = 0; }, 1, "logEvery: must be positive, got 0"},
@@ -284,6 +295,13 @@ TEST(TrainerConfig, ValidationAcceptsTheEndsOfEachRange) {
       [](TrainerConfig& c) { c.metrics.port = 0; },            // any free port
       [](TrainerConfig& c) { c.metrics.port = 65535; },
       [](TrainerConfig& c) { c.parallel.zero_stage = 1; },
+      [](TrainerConfig& c) {
+        c.model.layers = 1024;
+        c.model.d_model = 65536;
+        c.model.heads = 1024;
+        c.model.seq_len = 131072;
+        c.model.vocab = 1048576;
+      },
   };
   for (size_t i = 0; i < std::size(cases); ++i) {
     TrainerConfig c;

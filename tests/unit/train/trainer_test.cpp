@@ -255,19 +255,19 @@ TEST_F(TrainerTest, MissingDatasetIsBadConfigNamingThePath) {
   EXPECT_NE(st.message().find(c.data.path), std::string::npos) << st.message();
 }
 
-// A million tokens a sequence: a micro-batch's attention probabilities alone are 64 TB, which
-// no machine has. Refused before anything is allocated, with the numbers, not as std::bad_alloc
-// (or the kernel's OOM killer) in the first step.
+// 131072 tokens a sequence (the API's longest): a micro-batch's attention probabilities alone
+// are 1 TiB, which no machine here has. Refused before anything is allocated, with the numbers, not
+// as std::bad_alloc (or the kernel's OOM killer) in the first step.
 TEST_F(TrainerTest, AConfigurationThatCannotFitInMemoryIsBadConfig) {
   TrainerConfig c = Config();
-  c.model.seq_len = 1 << 20;
+  c.model.seq_len = 1 << 17;
   std::unique_ptr<Trainer> trainer;
   const Status st = Trainer::Create(c, Rank(), &trainer);
   EXPECT_EQ(st.exit_code(), 2);
   EXPECT_EQ(st.message().rfind("batch.global, model.seqLen: this rank needs at least ", 0), 0u)
       << st.message();
-  EXPECT_NE(st.message().find("for micro-batches of 4 sequences of 1048576 tokens, 1 alive at "
-                              "once (attention probabilities 64.0 TiB)"),
+  EXPECT_NE(st.message().find("for micro-batches of 4 sequences of 131072 tokens, 1 alive at "
+                              "once (attention probabilities 1.0 TiB)"),
             std::string::npos)
       << st.message();
   EXPECT_EQ(trainer, nullptr);
