@@ -79,6 +79,19 @@ lifecycle::WorkerPhase PhaseOf(const Json& pod) {
   return lifecycle::ParseWorkerPhase(phase).value_or(lifecycle::WorkerPhase::kPending);
 }
 
+// An owner reference with controller: true (the API server allows one per object).
+bool IsControllerRef(const Json& owner) {
+  auto controller = owner.is_object() ? owner.find("controller") : owner.end();
+  return controller != owner.end() && controller->is_boolean() && controller->get<bool>();
+}
+
+// The object's owner references; null when it has none or they are not a list.
+const Json* OwnerRefs(const Json& object) {
+  const Json& meta = Metadata(object);
+  auto owners = meta.find("ownerReferences");
+  return owners != meta.end() && owners->is_array() ? &*owners : nullptr;
+}
+
 }  // namespace
 
 std::string JobKeyOf(const Json& object) {
@@ -88,26 +101,16 @@ std::string JobKeyOf(const Json& object) {
 }
 
 bool ControlledBy(const Json& object, const std::string& uid) {
-  const Json& meta = Metadata(object);
-  auto owners = meta.find("ownerReferences");
-  if (owners == meta.end() || !owners->is_array())
-    return false;
-  for (const Json& owner : *owners) {
-    auto controller = owner.is_object() ? owner.find("controller") : owner.end();
-    if (StringAt(owner, "uid") == uid && controller != owner.end() && controller->is_boolean() &&
-        controller->get<bool>())
-      return true;
-  }
-  return false;
+  const Json* owners = OwnerRefs(object);
+  return owners && std::any_of(owners->begin(), owners->end(), [&](const Json& owner) {
+           return IsControllerRef(owner) && StringAt(owner, "uid") == uid;
+         });
 }
 
 std::string DescribeController(const Json& object) {
-  const Json& meta = Metadata(object);
-  auto owners = meta.find("ownerReferences");
-  if (owners != meta.end() && owners->is_array()) {
+  if (const Json* owners = OwnerRefs(object)) {
     for (const Json& owner : *owners) {
-      auto controller = owner.is_object() ? owner.find("controller") : owner.end();
-      if (controller != owner.end() && controller->is_boolean() && controller->get<bool>())
+      if (IsControllerRef(owner))
         return StringAt(owner, "kind") + " " + StringAt(owner, "name") + " (uid " +
                StringAt(owner, "uid") + ")";
     }

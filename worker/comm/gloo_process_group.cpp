@@ -104,10 +104,6 @@ void DivideBy(T* data, size_t n, int size) {
     data[i] = static_cast<T>(data[i] / static_cast<T>(size));
 }
 
-std::string Secs(milliseconds d) {
-  return detail::GlooWork::Seconds(d);
-}
-
 using detail::GlooWork;
 
 // A send or receive: posted at once, completed by the caller's wait().
@@ -200,7 +196,7 @@ struct Core {
     std::string msg = what + " failed: " + detail;
     if (detail.find("Timed out") != std::string::npos ||
         detail.find("timed out") != std::string::npos) {
-      msg += " (after " + Secs(timeout) +
+      msg += " (after " + GlooWork::Seconds(timeout) +
              ", TESSERA_COMM_TIMEOUT; no rank was reported lost: a peer may be hung or slow)";
     }
     return msg;
@@ -553,7 +549,7 @@ std::shared_ptr<gloo::Context> Connect(Shared& shared, const std::string& prefix
     ctx->connectFullMesh(store, shared.device);
   } catch (const rendezvous::StoreTimeoutError& e) {
     throw CommError("group " + name + ": not every rank arrived within " +
-                    Secs(shared.options.comm.timeout) + ": " + e.what());
+                    GlooWork::Seconds(shared.options.comm.timeout) + ": " + e.what());
   } catch (const std::exception& e) {
     throw CommError("group " + name + ": connecting rank " + std::to_string(rank) +
                     " failed: " + e.what());

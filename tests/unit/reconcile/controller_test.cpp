@@ -142,6 +142,25 @@ class RecordingEvents : public EventSink {
   std::vector<std::string> reasons;
 };
 
+// A pod in phase `phase` controlled by an earlier TrainingJob gpt (uid uid-of-an-earlier-gpt),
+// labelled as gpt's and with `labels`.
+Json PodOfAnEarlierGpt(const std::string& name, Json labels, const std::string& phase) {
+  labels["tessera.dev/job-name"] = "gpt";
+  return {{"apiVersion", "v1"},
+          {"kind", "Pod"},
+          {"metadata",
+           {{"name", name},
+            {"namespace", "ml"},
+            {"labels", labels},
+            {"ownerReferences", Json::array({{{"apiVersion", "tessera.dev/v1alpha1"},
+                                              {"kind", "TrainingJob"},
+                                              {"name", "gpt"},
+                                              {"uid", "uid-of-an-earlier-gpt"},
+                                              {"controller", true}}})}}},
+          {"spec", {{"containers", Json::array({{{"name", "worker"}, {"image", "busybox"}}})}}},
+          {"status", {{"phase", phase}}}};
+}
+
 Json JobObject(const std::string& name, int workers, const std::string& extra_spec = "{}") {
   Json spec = {{"workers", workers},
                {"runPolicy", {{"backoffLimit", 1}}},
@@ -899,22 +918,9 @@ TEST_F(ControllerTest, LaggingCacheNeverCreatesTwiceAfterARefusedStatusWrite) {
 // worker nor touched: the garbage collector removes it.
 TEST_F(ControllerTest, PodsOfAnEarlierJobOfTheSameNameAreIgnored) {
   Create(k8s::Pods("ml"),
-         {{"apiVersion", "v1"},
-          {"kind", "Pod"},
-          {"metadata",
-           {{"name", "gpt-worker-5"},
-            {"namespace", "ml"},
-            {"labels",
-             {{"tessera.dev/job-name", "gpt"},
-              {"tessera.dev/worker-index", "0"},
-              {"tessera.dev/attempt", "4"}}},
-            {"ownerReferences", Json::array({{{"apiVersion", "tessera.dev/v1alpha1"},
-                                              {"kind", "TrainingJob"},
-                                              {"name", "gpt"},
-                                              {"uid", "uid-of-an-earlier-gpt"},
-                                              {"controller", true}}})}}},
-          {"spec", {{"containers", Json::array({{{"name", "worker"}, {"image", "busybox"}}})}}},
-          {"status", {{"phase", "Failed"}}}});
+         PodOfAnEarlierGpt("gpt-worker-5",
+                           {{"tessera.dev/worker-index", "0"}, {"tessera.dev/attempt", "4"}},
+                           "Failed"));
   Create(TrainingJobs("ml"), JobObject("gpt", 2));
   ASSERT_TRUE(ReconcileUntil("ml/gpt", [&] { return Phase("gpt") == "Starting"; }));
   Json status = Status("gpt");  // not const: a missing field reads as null
@@ -930,19 +936,7 @@ TEST_F(ControllerTest, PodsOfAnEarlierJobOfTheSameNameAreIgnored) {
 // as created: the worker was held, unsaid, until the startup timeout.
 TEST_F(ControllerTest, APodOfAWorkersNameThatTheJobDoesNotOwnIsSaidAndWaitedFor) {
   Create(k8s::Pods("ml"),
-         {{"apiVersion", "v1"},
-          {"kind", "Pod"},
-          {"metadata",
-           {{"name", "gpt-worker-1"},
-            {"namespace", "ml"},
-            {"labels", {{"tessera.dev/job-name", "gpt"}, {"tessera.dev/worker-index", "1"}}},
-            {"ownerReferences", Json::array({{{"apiVersion", "tessera.dev/v1alpha1"},
-                                              {"kind", "TrainingJob"},
-                                              {"name", "gpt"},
-                                              {"uid", "uid-of-an-earlier-gpt"},
-                                              {"controller", true}}})}}},
-          {"spec", {{"containers", Json::array({{{"name", "worker"}, {"image", "busybox"}}})}}},
-          {"status", {{"phase", "Running"}}}});
+         PodOfAnEarlierGpt("gpt-worker-1", {{"tessera.dev/worker-index", "1"}}, "Running"));
   Create(TrainingJobs("ml"), JobObject("gpt", 2));
   ASSERT_TRUE(WaitUntil([&] { return controller_->CachedJob("ml/gpt") != nullptr; }));
   const ReconcileOutcome out = controller_->Reconcile("ml/gpt");

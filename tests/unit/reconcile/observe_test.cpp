@@ -230,6 +230,18 @@ TEST(ControlledBy, OnlyAControllerReferenceToTheUid) {
   EXPECT_FALSE(ControlledBy(Json{{"metadata", Json::object()}}, "u1"));
 }
 
+// The controlling reference is named, whatever others sit beside it; a reference that does not
+// control, or none, is "no controller".
+TEST(DescribeController, NamesTheControllingReference) {
+  const Json job = {{"kind", "TrainingJob"}, {"name", "gpt"}, {"uid", "u1"}, {"controller", true}};
+  const Json other = {{"kind", "ReplicaSet"}, {"name", "rs"}, {"uid", "u2"}};
+  const auto with = [](Json owners) { return Json{{"metadata", {{"ownerReferences", owners}}}}; };
+  EXPECT_EQ(DescribeController(with(Json::array({other, job}))), "TrainingJob gpt (uid u1)");
+  EXPECT_EQ(DescribeController(with(Json::array({other}))), "no controller");
+  EXPECT_EQ(DescribeController(with(job)), "no controller");  // not a list
+  EXPECT_EQ(DescribeController(Json{{"metadata", Json::object()}}), "no controller");
+}
+
 // Fields of other types than the API's read as absent rather than throwing (found by fuzzing
 // the objects the controller reads, apiserver_object_fuzz).
 TEST(ObserveWorkers, MistypedFieldsReadAsAbsent) {
