@@ -11,7 +11,9 @@
 #include <chrono>
 
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -82,6 +84,21 @@ Status ApplyEnvironment(tessera::train::TrainerConfig* config, tessera::train::R
     rank->mesh = mesh;
   }
   return Status::Ok();
+}
+
+// TESSERA_PROGRESS_FILE (`tessera run` sets it for rank 0): the /progress document as the rank
+// ends, whatever the outcome, so the runner's summary has the step reached, not that of its last
+// poll. Written beside and renamed, so a reader finds a whole document or none; best effort.
+void WriteFinalProgress(const tessera::train::Trainer& trainer) {
+  const char* path = std::getenv("TESSERA_PROGRESS_FILE");
+  if (path == nullptr || *path == '\0')
+    return;
+  const std::string temporary = std::string(path) + ".tmp";
+  std::ofstream out(temporary, std::ios::trunc);
+  out << trainer.ProgressJson();
+  out.close();
+  if (!out || std::rename(temporary.c_str(), path) != 0)
+    std::remove(temporary.c_str());
 }
 
 int Fail(const Status& st) {
@@ -209,6 +226,7 @@ int RunRank(const std::string& config_path, const std::vector<std::string>& over
   std::signal(SIGINT, OnStopSignal);
   tessera::train::TrainResult result;
   const Status st = trainer->Run({}, &result);
+  WriteFinalProgress(*trainer);
   std::signal(SIGTERM, SIG_DFL);
   std::signal(SIGINT, SIG_DFL);
   g_trainer = nullptr;

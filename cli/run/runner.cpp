@@ -225,6 +225,11 @@ class LocalRun {
   void Reap();
   lifecycle::Observation Observe();
   void PollProgress();
+  // Rank 0 of `attempt` has exited: its last /progress document, which it wrote to
+  // FinalProgressPath() as it ended, is the latest report (the last poll may be up to a
+  // progress interval older).
+  void ReadFinalProgress(int64_t attempt);
+  fs::path FinalProgressPath() const { return run_dir_ / "progress.json"; }
   void Apply(const lifecycle::Action& action);
   void CreateWorkers(const lifecycle::CreateWorkers& create);
   void DeleteWorkers(const lifecycle::DeleteWorkers& del);
@@ -303,6 +308,8 @@ void LocalRun::Reap() {
       r.finished_at = now;
       // Whatever the rank left behind in its group goes with it.
       Signal(r.pid, SIGKILL);
+      if (index == 0 && r.rank == 0)
+        ReadFinalProgress(worker.attempt);
     }
     const Rank* failed = worker.FirstFailure();
     if (failed != nullptr && !worker.failure_reported && !worker.deleting) {
@@ -382,6 +389,18 @@ void LocalRun::PollProgress() {
   progress_.Record(*report, zero.attempt, Clock::now());
 }
 
+void LocalRun::ReadFinalProgress(int64_t attempt) {
+  if (!trainer_)
+    return;
+  std::ifstream in(FinalProgressPath());
+  if (!in)
+    return;  // killed, or ended before its trainer was built
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (const std::optional<api::ProgressDocument> report = api::DecodeProgressJson(text.str()))
+    progress_.Record(*report, attempt, Clock::now());
+}
+
 void LocalRun::ShowProgress(bool force_line) {
   const std::optional<api::ProgressDocument>& latest = progress_.latest();
   if (!latest || latest->step == 0)
@@ -424,6 +443,9 @@ void LocalRun::CreateWorkers(const lifecycle::CreateWorkers& create) {
   const std::string threads =
       std::to_string(std::max<int64_t>(1, UsableCores() / std::max<int64_t>(1, world)));
 
+  // Rank 0 writes it as it ends (ReadFinalProgress); a previous attempt's is not this one's.
+  std::error_code ignored;
+  fs::remove(FinalProgressPath(), ignored);
   for (int64_t index : create.indices) {
     LocalWorker worker;
     worker.index = index;
@@ -463,6 +485,8 @@ void LocalRun::CreateWorkers(const lifecycle::CreateWorkers& create) {
       spec.env.emplace_back("LOCAL_RANK", std::to_string(local));
       spec.env.emplace_back("LOCAL_WORLD_SIZE", std::to_string(procs_per_worker_));
       spec.env.emplace_back("GROUP_RANK", std::to_string(index));
+      if (trainer_ && r.rank == 0)
+        spec.env.emplace_back("TESSERA_PROGRESS_FILE", FinalProgressPath().string());
       // Every rank is on this machine: Gloo listens and connects on loopback.
       spec.env.emplace_back("TESSERA_COMM_HOST", "127.0.0.1");
       // A job that asks for GPUs gets one per rank, as the agent pins them in a pod.

@@ -378,6 +378,10 @@ int Trainer::metrics_port() const {
   return impl_->server ? impl_->server->port() : -1;
 }
 
+std::string Trainer::ProgressJson() const {
+  return impl_->metrics->ProgressJson();
+}
+
 double Trainer::ValidationLoss() {
   return impl_->ValidationLoss();
 }

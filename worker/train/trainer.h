@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "worker/comm/process_group.h"
@@ -75,6 +76,9 @@ class Trainer {
 
   // The port the metrics server listens on, or -1 when it is off.
   int metrics_port() const;
+
+  // The /progress document as of now (api/progress.h), served or not. Thread-safe.
+  std::string ProgressJson() const;
 
   // Mean validation loss over the fixed validation windows, with the current parameters.
   // Collective when there are several ranks (each evaluates a share of the windows).

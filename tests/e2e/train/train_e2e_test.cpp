@@ -190,9 +190,9 @@ class TrainE2E : public ::testing::Test {
     return std::make_unique<Worker>(
         std::vector<std::string>{worker_, "rank", "--config", config.string(), "--threads",
                                  KernelThreads()},
-        std::vector<std::string>{"RANK=0", "WORLD_SIZE=1",
-                                 "TESSERA_CHECKPOINT_DIR=" + (dir_ / "ckpt").string(),
-                                 "TESSERA_METRICS_PORT=0"},
+        std::vector<std::string>{
+            "RANK=0", "WORLD_SIZE=1", "TESSERA_CHECKPOINT_DIR=" + (dir_ / "ckpt").string(),
+            "TESSERA_METRICS_PORT=0", "TESSERA_PROGRESS_FILE=" + (dir_ / "progress.json").string()},
         dir_ / log_name);
   }
 
@@ -278,12 +278,15 @@ TEST_F(TrainE2E, TrainsScrapesStopsResumesAndLearns) {
   EXPECT_EQ(steps.front(), stopped_at % 50 == 0 ? stopped_at - 50 : stopped_at / 50 * 50);
   EXPECT_GE(stopped_at, 60);
   EXPECT_LT(stopped_at, kSteps);
+  // The /progress document as it stopped is left in TESSERA_PROGRESS_FILE.
+  EXPECT_EQ(nlohmann::json::parse(ReadFile(dir_ / "progress.json"))["step"], stopped_at);
 
   // 5. A new process resumes from the newest checkpoint and finishes.
   auto resumed = Start(config, "run2.log");
   const std::optional<int> code2 = resumed->Wait(std::chrono::seconds(600));
   ASSERT_TRUE(code2.has_value()) << resumed->log();
   ASSERT_EQ(*code2, 0) << resumed->log();
+  EXPECT_EQ(nlohmann::json::parse(ReadFile(dir_ / "progress.json"))["step"], kSteps);
   EXPECT_NE(resumed->log().find("resumed from " + (dir_ / "ckpt").string() + "/step-" +
                                 std::to_string(stopped_at)),
             std::string::npos)

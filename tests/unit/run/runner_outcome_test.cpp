@@ -575,9 +575,10 @@ TEST(RunnerOutcomeTest, TheHighestPortsAreAcceptedForTheMetrics) {
 
 // A stand-in for `tessera-worker rank`: serves the /progress documents of
 // <case dir>/attempt-<TESSERA_ATTEMPT>.json in order, each until it has been read once, then
-// exits with that file's "exit". With "waitForRunning" it first waits until status.json shows
-// the attempt Running: the runner writes it just before it shows progress, so whatever it
-// shows then comes from before this attempt's first report.
+// writes that file's "final" document, if any, to $TESSERA_PROGRESS_FILE, as the trainer does
+// as it ends, and exits with its "exit". With "waitForRunning" it first waits until
+// status.json shows the attempt Running: the runner writes it just before it shows progress,
+// so whatever it shows then comes from before this attempt's first report.
 constexpr char kFakeTrainer[] = R"(#!/usr/bin/python3
 import http.server, json, os, sys, time
 run_dir = os.path.dirname(sys.argv[sys.argv.index("--config") + 1])
@@ -605,6 +606,9 @@ class Progress(http.server.BaseHTTPRequestHandler):
 server = http.server.HTTPServer(("127.0.0.1", int(os.environ["TESSERA_METRICS_PORT"])), Progress)
 while documents:
     server.handle_request()
+if plan.get("final") and os.environ.get("TESSERA_PROGRESS_FILE"):
+    with open(os.environ["TESSERA_PROGRESS_FILE"], "w") as out:
+        json.dump(plan["final"], out)
 sys.exit(plan["exit"])
 )";
 
@@ -666,6 +670,14 @@ nlohmann::json Doc(int step, double loss, double tokens_per_second) {
 nlohmann::json Attempt(const std::vector<nlohmann::json>& documents, int exit_code,
                        bool wait_for_running = false) {
   return {{"documents", documents}, {"exit", exit_code}, {"waitForRunning", wait_for_running}};
+}
+
+// The same, writing `final` to $TESSERA_PROGRESS_FILE before it exits.
+nlohmann::json AttemptEndingAt(const std::vector<nlohmann::json>& documents,
+                               const nlohmann::json& final, int exit_code) {
+  nlohmann::json attempt = Attempt(documents, exit_code);
+  attempt["final"] = final;
+  return attempt;
 }
 
 bool PythonIsThere() {
@@ -783,6 +795,36 @@ TEST(RunnerOutcomeTest, TheSummaryNamesTheNewestCheckpointAndItsExactLossesWhenI
     EXPECT_EQ(s["final_val_loss"], c.val_loss ? nlohmann::json(*c.val_loss) : nlohmann::json());
     EXPECT_EQ(s["checkpoint"], store.StepDir(c.checkpoint_step));
   }
+}
+
+// A rank that fails a few steps after the last poll (here: it trains steps 6 to 9 unread, then
+// exits with a permanent code) leaves its last document behind; the summary's step, loss and
+// throughput are that document's, not the poll's. Only rank 0 is given the file.
+TEST(RunnerOutcomeTest, TheSummaryOfAFailedRunHasTheStepRankZeroReachedNotItsLastPoll) {
+  if (!PythonIsThere())
+    GTEST_SKIP() << "no /usr/bin/python3 for the stand-in trainer";
+  FakeTrainerJob job{AttemptEndingAt({Doc(5, 2, 1000)}, Doc(9, 1.5, 3000), 2)};
+  ASSERT_EQ(job.Run(), kRunPermanentExit) << job.Out();
+  const nlohmann::json s = job.Summary();
+  EXPECT_EQ(s["steps"], 9);
+  EXPECT_EQ(s["final_train_loss"], 1.5);
+  EXPECT_EQ(s["tokens_per_second"], 2000.0);
+  EXPECT_NE(job.Out().find("  steps        9/10\n"), std::string::npos) << job.Out();
+}
+
+// A document left by an attempt that restarted is not the next attempt's: the summary has the
+// last attempt's last poll when that attempt leaves none (a rank killed, or one that ended
+// before its trainer was built).
+TEST(RunnerOutcomeTest, AFinalDocumentOfAnEarlierAttemptIsNotTheLastAttempts) {
+  if (!PythonIsThere())
+    GTEST_SKIP() << "no /usr/bin/python3 for the stand-in trainer";
+  FakeTrainerJob job{AttemptEndingAt({Doc(5, 2, 1000)}, Doc(9, 1.5, 3000), 1),
+                     Attempt({Doc(3, 2.5, 0), Doc(4, 2.4, 2000)}, 1, /*wait_for_running=*/true)};
+  ASSERT_EQ(job.Run(), kRunFailed) << job.Out();
+  const nlohmann::json s = job.Summary();
+  EXPECT_EQ(s["steps"], 4);
+  EXPECT_EQ(s["final_train_loss"], 2.4);
+  EXPECT_FALSE(fs::exists(job.dir / "run" / "progress.json"));
 }
 
 // `tessera run`'s options at and past the ends of their ranges (docs/local-mode.md). A value
