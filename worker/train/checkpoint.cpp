@@ -26,12 +26,15 @@ constexpr char kMetaFile[] = "meta.json";
 constexpr char kStepPrefix[] = "step-";
 constexpr char kTmpSuffix[] = ".tmp";
 
-// step-<N> -> N; nullopt for anything else (including step-<N>.tmp).
+// step-<N> -> N; nullopt for anything else (including step-<N>.tmp, and step-010: not the name
+// StepDir gives step 10).
 std::optional<int64_t> ParseStepName(const std::string& name) {
   const std::string prefix = kStepPrefix;
   if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) {
     return std::nullopt;
   }
+  if (name[prefix.size()] == '0' && name.size() > prefix.size() + 1)
+    return std::nullopt;
   int64_t step = 0;
   for (size_t i = prefix.size(); i < name.size(); ++i) {
     if (name[i] < '0' || name[i] > '9' || step > (INT64_MAX - 9) / 10)

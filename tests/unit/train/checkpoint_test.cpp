@@ -4,18 +4,49 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cerrno>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <span>
+#include <string>
 
 #include "worker/train/digest.h"
+
+namespace {
+// Sees every fsync the checkpoint code makes: this binary links with -Wl,--wrap=fsync
+// (CMakeLists.txt). Given the path of what is synced, returns an errno to fail with, or 0.
+std::function<int(const std::string& path)> on_fsync;
+}  // namespace
+
+extern "C" int __real_fsync(int fd);
+extern "C" int __wrap_fsync(int fd) {
+  if (on_fsync) {
+    std::error_code ec;
+    const auto path = std::filesystem::read_symlink("/proc/self/fd/" + std::to_string(fd), ec);
+    if (const int err = on_fsync(path.string()); err != 0) {
+      errno = err;
+      return -1;
+    }
+  }
+  return __real_fsync(fd);
+}
 
 namespace tessera::train {
 namespace {
 namespace fs = std::filesystem;
+
+// Sets on_fsync for one scope.
+class FsyncProbe {
+ public:
+  explicit FsyncProbe(std::function<int(const std::string& path)> f) { on_fsync = std::move(f); }
+  ~FsyncProbe() { on_fsync = nullptr; }
+  FsyncProbe(const FsyncProbe&) = delete;
+  FsyncProbe& operator=(const FsyncProbe&) = delete;
+};
 
 class CheckpointTest : public ::testing::Test {
  protected:
@@ -318,6 +349,10 @@ TEST_F(CheckpointTest, OnlyStepDirectoriesAreCheckpoints) {
       {"Step-9", std::nullopt},
       {"step-9.tmp", std::nullopt},
       {"step-99999999999999999999", std::nullopt},  // past int64: refused, not wrapped
+      // Not a name StepDir gives: taken as step 10, it was resumed from step-10/, which is
+      // not there (refused as damaged), and never pruned.
+      {"step-010", std::nullopt},
+      {"step-00", std::nullopt},
   };
   for (const Case& c : cases) {
     fs::remove_all(root_);
@@ -383,6 +418,85 @@ TEST_F(CheckpointTest, AFailedWriteLeavesNoTemporaryBehind) {
   EXPECT_TRUE(store.ReadMeta(10, &meta).ok());
 }
 
+// A checkpoint is durable before it is complete: each file is synced, then the temporary
+// directory (its entries), then, after the rename, the root (the new name). A crash at any
+// point leaves the previous checkpoint or this one, never a step-<N>/ missing a file.
+TEST_F(CheckpointTest, SaveSyncsEveryFileThenTheDirectoryAndAfterTheRenameTheRoot) {
+  CheckpointStore store(root_.string());
+  ASSERT_TRUE(SaveStep(store, 6).ok());  // so that the root exists and has a canonical path
+  const fs::path root = fs::canonical(root_);
+  const fs::path tmp = root / "step-7.tmp";
+  std::vector<std::string> synced;
+  {
+    FsyncProbe probe([&](const std::string& path) {
+      synced.push_back(path + (fs::exists(root / "step-7") ? " (renamed)" : ""));
+      return 0;
+    });
+    const std::vector<float> params = {1.0f};
+    ASSERT_TRUE(store
+                    .Save(Meta(7), {{"rank-00000.bin", {{"params", params}}},
+                                    {"rank-00001.bin", {{"params", params}}}})
+                    .ok());
+  }
+  EXPECT_EQ(synced, (std::vector<std::string>{
+                        (tmp / "rank-00000.bin").string(), (tmp / "rank-00001.bin").string(),
+                        (tmp / "meta.json").string(), tmp.string(), root.string() + " (renamed)"}));
+}
+
+// A file that cannot be written or synced (a full disk: /dev/full; a file whose fsync fails:
+// /dev/null's is EINVAL) is an I/O error naming it, never a checkpoint reported written.
+TEST_F(CheckpointTest, AFileThatCannotBeWrittenOrSyncedIsAnIoErrorNamingIt) {
+  struct Case {
+    const char* device;
+    const char* file;
+    const char* says;
+  } cases[] = {
+      {"/dev/full", "rank-00000.bin", "No space left on device"},
+      {"/dev/null", "rank-00000.bin", "Invalid argument"},
+      {"/dev/full", "meta.json", "No space left on device"},
+      {"/dev/null", "meta.json", "Invalid argument"},
+  };
+  for (const Case& c : cases) {
+    if (!fs::exists(c.device))
+      GTEST_SKIP() << c.device << " is not available here";
+    fs::remove_all(root_);
+    CheckpointStore store(root_.string());
+    ASSERT_TRUE(store.Begin(7).ok());
+    const fs::path path = root_ / "step-7.tmp" / c.file;
+    fs::create_symlink(c.device, path);  // the store writes through it
+    const std::vector<float> params = {1.0f};
+    CheckpointMeta meta = Meta(7);
+    meta.files.resize(1);
+    Status st = store.WriteShard(7, 0, "rank-00000.bin", {{"params", params}}, &meta.files[0]);
+    if (st.ok())
+      st = store.Commit(meta);
+    EXPECT_EQ(st.code(), ExitCode::kIoError) << c.device << " " << c.file;
+    EXPECT_NE(st.message().find(path.string() + ": cannot write: " + c.says), std::string::npos)
+        << st.message();
+    EXPECT_FALSE(fs::exists(root_ / "step-7")) << c.device << " " << c.file;
+  }
+}
+
+// Save's commit failing (here meta.json's fsync, as on a disk that fails) is an I/O error
+// naming meta.json; its temporary is deleted and the checkpoint before it stays the newest.
+TEST_F(CheckpointTest, AFailedCommitLeavesNoTemporaryAndTheOlderCheckpointNewest) {
+  CheckpointStore store(root_.string());
+  ASSERT_TRUE(SaveStep(store, 10).ok());
+  Status st;
+  {
+    FsyncProbe probe(
+        [](const std::string& path) { return fs::path(path).filename() == "meta.json" ? EIO : 0; });
+    st = SaveStep(store, 20);
+  }
+  EXPECT_EQ(st.code(), ExitCode::kIoError);
+  EXPECT_NE(st.message().find("step-20.tmp/meta.json: cannot write: Input/output error"),
+            std::string::npos)
+      << st.message();
+  EXPECT_FALSE(fs::exists(root_ / "step-20.tmp"));
+  EXPECT_FALSE(fs::exists(root_ / "step-20"));
+  EXPECT_EQ(store.NewestComplete(), 10);
+}
+
 // Abandon (what rank 0 calls when any rank's shard or the commit failed) deletes only the
 // temporary directory of its step.
 TEST_F(CheckpointTest, AbandonDeletesOnlyTheTemporaryOfItsStep) {
@@ -417,10 +531,12 @@ TEST_F(CheckpointTest, PruneKeepsTheNewestN) {
     for (int64_t step : {10, 20, 30, 40})
       ASSERT_TRUE(SaveStep(store, step).ok());
     fs::create_directories(root_ / "step-35.tmp");  // older than the newest: garbage
+    fs::create_directories(root_ / "step-40.tmp");  // of the newest (Begin refuses it): garbage
     fs::create_directories(root_ / "step-50.tmp");  // maybe a writer at work: kept
     ASSERT_TRUE(store.Prune(c.keep).ok());
     EXPECT_EQ(store.CompleteSteps(), c.want) << "keep " << c.keep;
     EXPECT_FALSE(fs::exists(root_ / "step-35.tmp"));
+    EXPECT_FALSE(fs::exists(root_ / "step-40.tmp"));
     EXPECT_TRUE(fs::exists(root_ / "step-50.tmp"));
   }
 }
@@ -452,6 +568,7 @@ TEST(FirstJsonDifference, NamesTheFirstDifferingField) {
       {R"({"a":1,"b":{"c":2}})", R"({"a":1,"b":{"c":3}})", "b.c: 2 vs 3"},
       {R"({"a":1})", R"({"a":1,"z":true})", "z: (absent) vs true"},
       {R"({"m":{"x":"cosine"}})", R"({"m":{}})", "m.x: \"cosine\" vs (absent)"},
+      {R"({"a":1,"b":2})", R"({"a":3})", "a: 1 vs 3"},  // the first of two differences
   };
   for (const Case& c : cases)
     EXPECT_EQ(FirstJsonDifference(c.a, c.b), c.want);

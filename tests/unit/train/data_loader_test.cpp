@@ -10,9 +10,11 @@
 #include <chrono>
 #include <fstream>
 #include <future>
+#include <memory>
 #include <numeric>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace tessera::train {
@@ -77,6 +79,26 @@ TEST(TokenDataset, UnreadablePathIsBadConfigNamingIt) {
         << st.message();
   }
   ::unlink(fifo.c_str());
+}
+
+// A file that ends before the size stat gave (one truncated while it is read; a sysfs file
+// always does) is refused naming it, not waited on for the bytes that never come.
+TEST(TokenDataset, AFileEndingBeforeItsSizeIsRefused) {
+  const std::string path = "/sys/devices/system/cpu/online";  // 4096 bytes by stat, a few read
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < 4096)
+    GTEST_SKIP() << path << " is not here, or not a file longer by stat than by read";
+  auto done = std::make_shared<std::promise<Status>>();
+  std::future<Status> load = done->get_future();
+  std::thread([done, path] {
+    TokenDataset ds;
+    done->set_value(TokenDataset::Load(path, "byte", 256, 0.1, 8, &ds));
+  }).detach();  // a Load that never returns must not hold the test
+  ASSERT_EQ(load.wait_for(std::chrono::seconds(10)), std::future_status::ready)
+      << path << ": Load still reading after 10 s";
+  const Status got = load.get();
+  EXPECT_EQ(got.code(), ExitCode::kBadConfig);
+  EXPECT_EQ(got.message(), "data.path: error reading the dataset '" + path + "'");
 }
 
 // Validation is the last `fraction` of the tokens, rounded down; each split must hold at least
@@ -262,6 +284,27 @@ TEST(DataLoader, EveryEpochVisitsEveryWindowOnceWithItsOwnAlignmentAndOrder) {
   EXPECT_EQ(orders.size(), static_cast<size_t>(kEpochs));
 }
 
+// The order is a fixed function of (seed, step, index), the same in every build: a checkpoint
+// records only where the run stands, so a run resumed by a newer worker must draw the windows
+// the interrupted run would have drawn. These starts are what the loader computed when this
+// test was written (commit 1f9c003); a change to them changes every resumed run's data.
+TEST(DataLoader, TheOrderIsTheSameInEveryBuild) {
+  const TokenDataset ds = Corpus(20000, 0.1, 16);  // 18000 train tokens: 1124 windows
+  const DataLoader loader(&ds, 16, 8, 1234);
+  ASSERT_EQ(loader.windows_per_epoch(), 1124);
+  struct Case {
+    int64_t step;
+    int index;
+    int64_t start;
+  } cases[] = {
+      // Samples 3 and 4 of step 140 are the last of epoch 0 and the first of epoch 1.
+      {0, 0, 12429},  {0, 1, 12957},   {0, 7, 17645},     {140, 3, 1837},
+      {140, 4, 3070}, {1000, 5, 6123}, {123456, 2, 1075},
+  };
+  for (const Case& c : cases)
+    EXPECT_EQ(loader.TrainWindowStart(c.step, c.index), c.start) << c.step << " " << c.index;
+}
+
 TEST(DataLoader, OrderDependsOnTheSeed) {
   const TokenDataset ds = Corpus(20000, 0.1, 16);
   DataLoader a(&ds, 16, 8, 1), b(&ds, 16, 8, 2), a2(&ds, 16, 8, 1);
@@ -291,6 +334,11 @@ TEST(DataLoader, CursorCountsSamplesAndEpochs) {
   EXPECT_EQ(c.samples_consumed, 400);
   EXPECT_EQ(c.epoch, 400 / loader.windows_per_epoch());
   EXPECT_EQ(c.train_tokens, 2700);
+  // Step 269 starts at sample 1076 = 4 * 269, the first of epoch 4; step 268 is in epoch 3.
+  ASSERT_EQ(loader.windows_per_epoch(), 269);
+  EXPECT_EQ(loader.CursorAt(269).epoch, 4);
+  EXPECT_EQ(loader.CursorAt(268).epoch, 3);
+  EXPECT_EQ(loader.CursorAt(0).epoch, 0);
 }
 
 }  // namespace

@@ -56,6 +56,21 @@ TEST(LearningRate, ConstantAfterWarmupAndNoWarmup) {
   EXPECT_NEAR(LearningRate(no_warmup, 2), 0.0, 1e-12);
 }
 
+// With a peak other than 1, the ends of each phase: warm-up starts at peak/warmup and reaches
+// the peak at its last step, decay starts at the peak and ends at peak * minRatio.
+TEST(LearningRate, EachPhaseEndsAtItsFractionOfThePeak) {
+  for (const Decay decay : {Decay::kCosine, Decay::kLinear}) {
+    const LrSchedule s{
+        .peak = 6.0e-4, .warmup_steps = 100, .total_steps = 1000, .decay = decay, .min_ratio = 0.1};
+    const char* name = decay == Decay::kCosine ? "cosine" : "linear";
+    EXPECT_NEAR(LearningRate(s, 0), 6.0e-6, 1e-15) << name;
+    EXPECT_NEAR(LearningRate(s, 99), 6.0e-4, 1e-15) << name;
+    EXPECT_NEAR(LearningRate(s, 100), 6.0e-4, 1e-15) << name;
+    EXPECT_NEAR(LearningRate(s, 999), 6.0e-5, 1e-15) << name;
+    EXPECT_NEAR(LearningRate(s, 5000), 6.0e-5, 1e-15) << name;
+  }
+}
+
 TEST(LearningRate, OneStepRunUsesThePeak) {
   const LrSchedule s{.peak = 0.3, .warmup_steps = 0, .total_steps = 1};
   EXPECT_DOUBLE_EQ(LearningRate(s, 0), 0.3);
