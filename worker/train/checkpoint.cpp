@@ -268,9 +268,18 @@ Status CheckpointStore::Begin(int64_t step) {
     return CheckpointRefused(fmt::format(
         "{}: a checkpoint for this step exists already; not overwriting it", final_dir.string()));
   }
+  // The directories this creates (the root and any missing parents), so that their entries are
+  // synced too: a checkpoint synced into a root whose own entry a crash loses is lost with it.
+  std::vector<fs::path> created;
+  for (fs::path dir = fs::absolute(root_, ec);
+       !ec && !fs::exists(dir, ec) && dir.has_relative_path(); dir = dir.parent_path()) {
+    created.push_back(dir);
+  }
   fs::create_directories(root_, ec);
   if (ec)
     return IoError(fmt::format("{}: cannot create: {}", root_, ec.message()));
+  for (const fs::path& dir : created)  // from the root up: each entry in its parent
+    SyncDirectory(dir.parent_path());
   fs::remove_all(tmp_dir, ec);  // left by a writer that crashed: incomplete by definition
   fs::create_directory(tmp_dir, ec);
   if (ec)

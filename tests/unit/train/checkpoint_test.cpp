@@ -443,6 +443,25 @@ TEST_F(CheckpointTest, SaveSyncsEveryFileThenTheDirectoryAndAfterTheRenameTheRoo
                         (tmp / "meta.json").string(), tmp.string(), root.string() + " (renamed)"}));
 }
 
+// The first checkpoint into a root that does not exist yet: the root and each parent created
+// for it are synced into their own parents before anything is written in them, so a crash
+// cannot keep the checkpoint's files and lose the directories that name them.
+TEST_F(CheckpointTest, BeginSyncsEachDirectoryItCreatesIntoItsParent) {
+  fs::create_directories(root_);
+  const fs::path base = fs::canonical(root_);
+  const fs::path root = base / "new-a" / "new-b";
+  std::vector<std::string> synced;
+  {
+    FsyncProbe probe([&](const std::string& path) {
+      synced.push_back(path);
+      return 0;
+    });
+    CheckpointStore store(root.string());
+    ASSERT_TRUE(store.Begin(5).ok());
+  }
+  EXPECT_EQ(synced, (std::vector<std::string>{(base / "new-a").string(), base.string()}));
+}
+
 // A file that cannot be written or synced (a full disk: /dev/full; a file whose fsync fails:
 // /dev/null's is EINVAL) is an I/O error naming it, never a checkpoint reported written.
 TEST_F(CheckpointTest, AFileThatCannotBeWrittenOrSyncedIsAnIoErrorNamingIt) {
