@@ -13,6 +13,7 @@
 #include "api/quantity.h"
 #include "api/rules.h"
 #include "cli/run/job_file.h"
+#include "cli/run/runner.h"
 #include "worker/train/from_api.h"
 #include "worker/train/memory.h"
 #include "worker/train/plan.h"
@@ -74,9 +75,12 @@ struct JobPlan {
   std::optional<train::TrainerConfig> config;  // the built-in trainer
   train::TrainingPlan training;
   std::optional<int64_t> available;  // this machine's memory, for `tessera run` (fp32 only)
-  int64_t largest_worker = 0;        // the most any worker pod's ranks hold together (fp32)
-  std::optional<double> pod_limit;   // the worker container's resources.limits.memory
-  std::string pod_limit_text;        // as written
+  // bf16: this machine's GPUs, for `tessera run` (one a rank); absent when CUDA_VISIBLE_DEVICES
+  // chooses them (then nothing is counted) and for fp32.
+  std::optional<int> gpus_here;
+  int64_t largest_worker = 0;       // the most any worker pod's ranks hold together (fp32)
+  std::optional<double> pod_limit;  // the worker container's resources.limits.memory
+  std::string pod_limit_text;       // as written
 };
 
 // What the ranks of the worker that holds the most hold together.
@@ -167,7 +171,8 @@ nlohmann::json ToJson(const JobPlan& p) {
         {"largestWorker", gpu ? nlohmann::json(nullptr) : nlohmann::json(p.largest_worker)},
         {"podLimit", p.pod_limit ? nlohmann::json(static_cast<int64_t>(*p.pod_limit))
                                  : nlohmann::json(nullptr)},
-        {"available", p.available ? nlohmann::json(*p.available) : nlohmann::json(nullptr)}}},
+        {"available", p.available ? nlohmann::json(*p.available) : nlohmann::json(nullptr)},
+        {"gpusHere", p.gpus_here ? nlohmann::json(*p.gpus_here) : nlohmann::json(nullptr)}}},
   };
   return out;
 }
@@ -281,6 +286,15 @@ void PrintText(const JobPlan& p) {
           "           this machine has {} available: {} for `tessera run` (every rank here)\n",
           train::FormatBytes(*p.available), fits ? "enough" : "NOT enough");
     }
+    if (gpu && p.gpus_here) {
+      std::cout << fmt::format(
+          "           this machine has {} GPU(s) (/dev/nvidia*): {} for `tessera run` (one a "
+          "rank)\n",
+          *p.gpus_here, *p.gpus_here >= s.world_size() ? "enough" : "NOT enough");
+    } else if (gpu) {
+      std::cout << "           CUDA_VISIBLE_DEVICES is set: `tessera run` leaves the ranks' GPUs "
+                   "to it and counts none\n";
+    }
   }
   std::cout << "\nworker  rank (data, pipeline, tensor) ...\n";
   int worker = -1;
@@ -323,6 +337,8 @@ int PlanJob(const PlanOptions& options) {
         !st.ok()) {
       return BadJob(options.file + ": " + st.message());
     }
+    if (config.precision == train::Precision::kBf16 && !GpusChosenByUser())
+      p.gpus_here = LocalGpuCount();
     if (config.precision == train::Precision::kFp32) {
       p.available = train::AvailableMemoryBytes();
       p.largest_worker = LargestWorkerBytes(p.training, p.procs_per_worker);

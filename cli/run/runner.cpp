@@ -63,21 +63,6 @@ double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// NVIDIA GPUs on this machine: /dev/nvidia0, /dev/nvidia1, ... (0 without a driver).
-int LocalGpuCount() {
-  int count = 0;
-  std::error_code ec;
-  while (fs::exists("/dev/nvidia" + std::to_string(count), ec))
-    ++count;
-  return count;
-}
-
-// Whether the user chose the visible GPUs; then ranks are not pinned and nothing is checked.
-bool GpusChosenByUser() {
-  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
-  return visible != nullptr;
-}
-
 // One line on stderr, then the exit code for "nothing started".
 int BadConfig(const std::string& message) {
   std::cerr << "tessera run: " << message << "\n";
@@ -1066,6 +1051,18 @@ int RunJob(const RunOptions& options) {
   ::sigaction(SIGPIPE, &old_pipe, nullptr);
   ::close(lock_fd);
   return rc;
+}
+
+int LocalGpuCount() {
+  int count = 0;
+  std::error_code ec;
+  while (fs::exists("/dev/nvidia" + std::to_string(count), ec))
+    ++count;
+  return count;
+}
+
+bool GpusChosenByUser() {
+  return std::getenv("CUDA_VISIBLE_DEVICES") != nullptr;
 }
 
 }  // namespace tessera::cli

@@ -51,4 +51,11 @@ struct RunOptions {
 // started has been reaped when it returns, but one stuck in the kernel, which it names.
 int RunJob(const RunOptions& options);
 
+// NVIDIA GPUs on this machine: /dev/nvidia0, /dev/nvidia1, ... (0 without a driver). A job of
+// precision bf16 needs one a rank to run here, unless GpusChosenByUser.
+int LocalGpuCount();
+// Whether the user chose the visible GPUs (CUDA_VISIBLE_DEVICES is set); then `tessera run`
+// neither pins ranks to GPUs nor counts them.
+bool GpusChosenByUser();
+
 }  // namespace tessera::cli

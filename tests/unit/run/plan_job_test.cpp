@@ -4,12 +4,17 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
+
+#include "cli/run/runner.h"
 
 namespace tessera::cli {
 namespace {
@@ -122,6 +127,55 @@ TEST_F(PlanJobTest, PodMemoryLimit) {
                       ": spec.template.spec.containers[0].resources.limits.memory: '8GB' is not "
                       "a quantity (e.g. 16Gi, 512Mi)\n");
   EXPECT_EQ(out_, "");
+}
+
+// A bf16 job needs a GPU a rank to run here: the plan says whether this machine has them, as
+// `tessera run` counts them (/dev/nvidia*), unless CUDA_VISIBLE_DEVICES chooses them.
+TEST_F(PlanJobTest, ABf16JobSaysWhetherThisMachineHasAGpuForEveryRank) {
+  std::ofstream(file_) << "apiVersion: tessera.dev/v1alpha1\n"
+                          "kind: TrainingJob\n"
+                          "metadata: {name: gpu-two}\n"
+                          "spec:\n"
+                          "  workers: 2\n"
+                          "  gpusPerWorker: 1\n"
+                          "  trainer:\n"
+                          "    precision: bf16\n"
+                          "    model: {layers: 2, dModel: 64, heads: 4, seqLen: 64}\n"
+                          "    data: {path: no/such/corpus.txt}\n"
+                          "    batch: {global: 16}\n"
+                          "    schedule: {steps: 200}\n";
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  const std::optional<std::string> saved =
+      visible ? std::optional<std::string>(visible) : std::nullopt;
+  ::unsetenv("CUDA_VISIBLE_DEVICES");
+  const int gpus = LocalGpuCount();
+  ASSERT_EQ(Plan({}, "text"), kPlanPrinted) << err_;
+  EXPECT_NE(out_.find(fmt::format(
+                "           this machine has {} GPU(s) (/dev/nvidia*): {} for `tessera run` (one "
+                "a rank)\n",
+                gpus, gpus >= 2 ? "enough" : "NOT enough")),
+            std::string::npos)
+      << out_;
+  ASSERT_EQ(Plan({}, "json"), kPlanPrinted) << err_;
+  EXPECT_EQ(nlohmann::json::parse(out_)["trainer"]["memory"]["gpusHere"], gpus) << out_;
+
+  ::setenv("CUDA_VISIBLE_DEVICES", "0", 1);
+  ASSERT_EQ(Plan({}, "text"), kPlanPrinted) << err_;
+  EXPECT_NE(out_.find("CUDA_VISIBLE_DEVICES is set: `tessera run` leaves the ranks' GPUs to it "
+                      "and counts none\n"),
+            std::string::npos)
+      << out_;
+  ASSERT_EQ(Plan({}, "json"), kPlanPrinted) << err_;
+  EXPECT_TRUE(nlohmann::json::parse(out_)["trainer"]["memory"]["gpusHere"].is_null()) << out_;
+  if (saved)
+    ::setenv("CUDA_VISIBLE_DEVICES", saved->c_str(), 1);
+  else
+    ::unsetenv("CUDA_VISIBLE_DEVICES");
+
+  // fp32 counts memory, not GPUs.
+  ASSERT_EQ(Plan({"spec.trainer.precision=fp32", "spec.gpusPerWorker=0"}, "json"), kPlanPrinted)
+      << err_;
+  EXPECT_TRUE(nlohmann::json::parse(out_)["trainer"]["memory"]["gpusHere"].is_null()) << out_;
 }
 
 TEST_F(PlanJobTest, RefusalsAreOneLineAndExitTwo) {
