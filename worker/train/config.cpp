@@ -329,9 +329,10 @@ Status ValidateTrainerConfig(const TrainerConfig& c, int world_size, int pipelin
   if (!(c.optimizer.lr > 0.0) || !std::isfinite(c.optimizer.lr)) {
     return BadConfig(fmt::format("optimizer.lr: must be positive, got {}", c.optimizer.lr));
   }
-  if (c.optimizer.weight_decay < 0.0) {
-    return BadConfig(
-        fmt::format("optimizer.weightDecay: must be >= 0, got {}", c.optimizer.weight_decay));
+  // `!(v >= 0)` rather than `v < 0`, which NaN passes (a NaN decay trained to NaN weights).
+  if (!(c.optimizer.weight_decay >= 0.0) || !std::isfinite(c.optimizer.weight_decay)) {
+    return BadConfig(fmt::format("optimizer.weightDecay: must be a finite number >= 0, got {}",
+                                 c.optimizer.weight_decay));
   }
   for (const auto& [field, v] : std::initializer_list<std::pair<const char*, double>>{
            {"optimizer.beta1", c.optimizer.beta1}, {"optimizer.beta2", c.optimizer.beta2}}) {
@@ -339,11 +340,14 @@ Status ValidateTrainerConfig(const TrainerConfig& c, int world_size, int pipelin
       return BadConfig(fmt::format("{}: {} is not in [0, 1)", field, v));
     }
   }
-  if (!(c.optimizer.eps > 0.0))
-    return BadConfig("optimizer.eps: must be positive");
-  if (c.optimizer.grad_clip < 0.0) {
-    return BadConfig(fmt::format("optimizer.gradClip: must be >= 0 (0 disables), got {}",
-                                 c.optimizer.grad_clip));
+  if (!(c.optimizer.eps > 0.0) || !std::isfinite(c.optimizer.eps)) {
+    return BadConfig(
+        fmt::format("optimizer.eps: must be a finite number > 0, got {}", c.optimizer.eps));
+  }
+  if (!(c.optimizer.grad_clip >= 0.0) || !std::isfinite(c.optimizer.grad_clip)) {
+    return BadConfig(
+        fmt::format("optimizer.gradClip: must be a finite number >= 0 (0 disables), got {}",
+                    c.optimizer.grad_clip));
   }
   if (c.schedule.warmup_steps < 0)
     return BadConfig("schedule.warmupSteps: must be >= 0");
@@ -358,8 +362,11 @@ Status ValidateTrainerConfig(const TrainerConfig& c, int world_size, int pipelin
     return BadConfig(fmt::format("metrics.port: {} is not a port (0 = any free port, -1 = off)",
                                  c.metrics.port));
   }
-  if (c.metrics.peak_flops_per_second < 0.0) {
-    return BadConfig("metrics.peakFlopsPerSecond: must be >= 0");
+  if (!(c.metrics.peak_flops_per_second >= 0.0) ||
+      !std::isfinite(c.metrics.peak_flops_per_second)) {
+    return BadConfig(fmt::format(
+        "metrics.peakFlopsPerSecond: must be a finite number >= 0 (0 = not reported), got {}",
+        c.metrics.peak_flops_per_second));
   }
   if (c.parallel.zero_stage != 0 && c.parallel.zero_stage != 1) {
     return BadConfig(fmt::format("parallelism.zeroStage: {} is not 0 or 1", c.parallel.zero_stage));

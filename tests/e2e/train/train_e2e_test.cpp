@@ -386,6 +386,10 @@ TEST_F(TrainE2E, CommandLineAndEnvironmentErrorsExitTwoNamingTheOptionOrVariable
        {"TESSERA_METRICS_PORT=65536"},
        2,
        "tessera-worker: TESSERA_METRICS_PORT=65536: expected an integer in [-1, 65535]"},
+      {rank,
+       {"LOCAL_RANK=x"},
+       2,
+       "tessera-worker: LOCAL_RANK=x: expected an integer in [0, 1048576]"},
       // The largest RANK the variable takes, then refused by the world of one rank.
       {rank, {"RANK=1048576"}, 2, "tessera-worker: RANK=1048576: not in [0, WORLD_SIZE=1)"},
       {rank, {"TESSERA_MESH=bogus"}, 2, "tessera-worker: TESSERA_MESH=bogus: "},
@@ -399,6 +403,26 @@ TEST_F(TrainE2E, CommandLineAndEnvironmentErrorsExitTwoNamingTheOptionOrVariable
        2,
        "tessera-worker: batch.global: 7 is not divisible by data-parallel ranks (2)"},
       {with({"--set", "nosuch.field=1"}), {}, 2, "tessera-worker: --set nosuch.field: "},
+      // NaN passes a bare `< 0` check. Before, a NaN or infinite decay made the weights NaN
+      // (a one-step run exited 0, this one 5 telling to lower optimizer.lr), a NaN gradClip
+      // clipped nothing and a NaN peak was taken as none.
+      {with({"--set", "optimizer.weightDecay=.nan"}),
+       {},
+       2,
+       "tessera-worker: optimizer.weightDecay: must be a finite number >= 0, got nan"},
+      {with({"--set", "optimizer.weightDecay=.inf"}),
+       {},
+       2,
+       "tessera-worker: optimizer.weightDecay: must be a finite number >= 0, got inf"},
+      {with({"--set", "optimizer.gradClip=.nan"}),
+       {},
+       2,
+       "tessera-worker: optimizer.gradClip: must be a finite number >= 0 (0 disables), got nan"},
+      {with({"--set", "metrics.peakFlopsPerSecond=.nan"}),
+       {},
+       2,
+       "tessera-worker: metrics.peakFlopsPerSecond: must be a finite number >= 0 (0 = not "
+       "reported), got nan"},
       {{"rank"}, {}, 2, "--config is required", false},
       {with({"--threads", "5000"}), {}, 2, "--threads: Value 5000 not in range", false},
       {{}, {}, 2, "tessera-worker: no command; run `tessera-worker rank --config FILE`"},
@@ -409,6 +433,12 @@ TEST_F(TrainE2E, CommandLineAndEnvironmentErrorsExitTwoNamingTheOptionOrVariable
        2,
        "--grace: Value nan is not a number",
        false},
+      {{"agent", "--grace", "86401", "--", "true"},
+       {},
+       2,
+       "--grace: Value 86401 not in range",
+       false},
+      {{"agent", "--grace", "-1", "--", "true"}, {}, 2, "--grace: Value -1 not in range", false},
       {{"agent", "--config", config, "--", "true"},
        {},
        2,
@@ -447,6 +477,23 @@ TEST_F(TrainE2E, CommandLineAndEnvironmentErrorsExitTwoNamingTheOptionOrVariable
       EXPECT_EQ(log.find("metrics on port"), std::string::npos);  // TESSERA_METRICS_PORT=-1
     }
   }
+}
+
+// `agent --grace S` is seconds: when one rank fails, a rank that ignores SIGTERM is killed S
+// seconds later, as the agent's line says. Rank 1 fails once rank 0 ignores SIGTERM.
+TEST_F(TrainE2E, AgentGraceIsSecondsBeforeSigkill) {
+  const std::string ready = (dir_ / "rank0-ignores-sigterm").string();
+  Worker w(
+      {worker_, "agent", "--grace", "1", "--", "sh", "-c",
+       "if [ \"$LOCAL_RANK\" = 1 ]; then while [ ! -e " + ready +
+           " ]; do sleep 0.01; done; exit 7; fi; trap '' TERM; touch " + ready + "; exec sleep 60"},
+      {"TESSERA_PROCS_PER_NODE=2"}, dir_ / "agent.log");
+  const std::optional<int> code = w.Wait(std::chrono::seconds(60));
+  ASSERT_TRUE(code.has_value()) << w.log();
+  EXPECT_EQ(*code, 7) << w.log();
+  EXPECT_NE(w.log().find("agent: ranks still running 1 s after SIGTERM; killing them"),
+            std::string::npos)
+      << w.log();
 }
 
 // SIGINT and SIGTERM: the step in progress finishes, a checkpoint is written there and the

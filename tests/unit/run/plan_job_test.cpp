@@ -206,5 +206,205 @@ spec:
   EXPECT_EQ(p["command"], nlohmann::json::array({"python3", "train.py"}));
 }
 
+// The stage table: each stage's blocks (first-last), what else it holds, its share of the work
+// in percent (as the JSON's costShare), and the note that a stage's figures are one tensor
+// rank's.
+TEST_F(PlanJobTest, TheStageTableNamesEachStagesBlocksAndShare) {
+  ASSERT_EQ(Plan({}, "json"), kPlanPrinted) << err_;
+  const nlohmann::json stages = nlohmann::json::parse(out_)["trainer"]["stages"];
+  ASSERT_EQ(Plan({}, "text"), kPlanPrinted) << err_;
+  const std::string rows[] = {
+      fmt::format("\n    0  0-1      embedding   {:>5.1f}%  ",
+                  100 * stages[0]["costShare"].get<double>()),
+      fmt::format("\n    1  2-3      head, loss  {:>5.1f}%  ",
+                  100 * stages[1]["costShare"].get<double>()),
+      "\n(each stage's blocks split over 2 tensor-parallel ranks; parameters and memory are one "
+      "rank's)\n",
+  };
+  for (const std::string& row : rows)
+    EXPECT_NE(out_.find(row), std::string::npos) << row << "\n" << out_;
+
+  // One stage holds every block, the embedding and the head; no tensor note without tensor
+  // parallelism.
+  ASSERT_EQ(
+      Plan({"spec.parallelism.data=4", "spec.parallelism.pipeline=1", "spec.parallelism.tensor=1"},
+           "text"),
+      kPlanPrinted)
+      << err_;
+  EXPECT_NE(out_.find("\n    0  0-3      emb, head   100.0%  "), std::string::npos) << out_;
+  EXPECT_EQ(out_.find("tensor-parallel ranks"), std::string::npos) << out_;
+}
+
+// Each stage's memory in the JSON, attention probabilities included: (micro-batch, heads /
+// tensor, seqLen, seqLen) floats a block, for every micro-batch the stage keeps alive.
+TEST_F(PlanJobTest, JsonStageMemoryHasTheAttentionProbabilities) {
+  ASSERT_EQ(Plan({}, "json"), kPlanPrinted) << err_;
+  const nlohmann::json t = nlohmann::json::parse(out_)["trainer"];
+  for (const nlohmann::json& stage : t["stages"]) {
+    const int64_t blocks = stage["endLayer"].get<int64_t>() - stage["firstLayer"].get<int64_t>();
+    EXPECT_EQ(stage["memory"]["attention"],
+              stage["inFlight"].get<int64_t>() * blocks * 4 * (4 / 2) * 64 * 64 * 4)
+        << stage.dump();
+    EXPECT_LT(stage["memory"]["attention"], stage["memory"]["activations"]) << stage.dump();
+  }
+  EXPECT_EQ(t["precision"], "fp32");
+  EXPECT_EQ(t["device"], "cpu");
+  EXPECT_EQ(t["zeroStage"], 0);
+  // This machine's memory, for `tessera run`.
+  ASSERT_TRUE(t["memory"]["available"].is_number()) << t["memory"].dump();
+  EXPECT_GT(t["memory"]["available"].get<int64_t>(), 0);
+}
+
+// Four data-parallel ranks in one pod, with ZeRO-1: the ranks line, the batch each rank takes,
+// and the optimizer line.
+TEST_F(PlanJobTest, DataParallelRanksSplitTheBatchAndZeroOneShardsTheMoments) {
+  const std::vector<std::string> data4 = {"spec.workers=1",
+                                          "spec.procsPerWorker=4",
+                                          "spec.parallelism.data=4",
+                                          "spec.parallelism.pipeline=1",
+                                          "spec.parallelism.tensor=1",
+                                          "spec.parallelism.microBatches=2"};
+  std::vector<std::string> zero1 = data4;
+  zero1.push_back("spec.parallelism.zeroStage=1");
+  ASSERT_EQ(Plan(zero1, "json"), kPlanPrinted) << err_;
+  const nlohmann::json t = nlohmann::json::parse(out_)["trainer"];
+  EXPECT_EQ(t["batch"]["global"], 16);
+  EXPECT_EQ(t["batch"]["perDataRank"], 4);
+  EXPECT_EQ(t["batch"]["microBatch"], 2);
+  EXPECT_EQ(t["zeroStage"], 1);
+  ASSERT_EQ(Plan(zero1, "text"), kPlanPrinted) << err_;
+  EXPECT_EQ(out_.rfind("cpu-hybrid: 4 rank(s) = 1 worker(s) x 4 process(es); mesh data 4 x "
+                       "pipeline 1 x tensor 1\n",
+                       0),
+            0u)
+      << out_;
+  EXPECT_NE(out_.find("\noptimizer  AdamW; ZeRO-1: each of the 4 data-parallel ranks keeps 1/4 of "
+                      "its moments\n"),
+            std::string::npos)
+      << out_;
+  ASSERT_EQ(Plan(data4, "text"), kPlanPrinted) << err_;
+  EXPECT_NE(out_.find("\noptimizer  AdamW; every data-parallel rank keeps all of its moments "
+                      "(zeroStage 0); gradients all-reduced in buckets of 25 MiB\n"),
+            std::string::npos)
+      << out_;
+}
+
+// The corpus, when it is here: a text file is held as 2 bytes of ids a byte; a uint16 file is
+// mapped.
+TEST_F(PlanJobTest, TheDataLineSaysHowTheCorpusIsHeld) {
+  const std::string corpus = (dir_ / "corpus.txt").string();
+  std::ofstream(corpus) << std::string(3000, 'a');
+  ASSERT_EQ(Plan({"spec.trainer.data.path=" + corpus}, "text"), kPlanPrinted) << err_;
+  EXPECT_NE(out_.find("\ndata       " + corpus +
+                      ": 2.9 KiB of text, held as 5.9 KiB of ids by every rank\n"),
+            std::string::npos)
+      << out_;
+  ASSERT_EQ(
+      Plan({"spec.trainer.data.path=" + corpus, "spec.trainer.data.tokenizer=uint16"}, "text"),
+      kPlanPrinted)
+      << err_;
+  EXPECT_NE(out_.find("\ndata       " + corpus +
+                      ": 2.9 KiB of uint16 ids, mapped (pages shared by the ranks of a machine)\n"),
+            std::string::npos)
+      << out_;
+}
+
+// The largest worker pod's need against its limit: a limit of exactly that many bytes holds
+// it, one byte less does not.
+TEST_F(PlanJobTest, APodLimitOfExactlyTheNeedHoldsIt) {
+  ASSERT_EQ(Plan({}, "json"), kPlanPrinted) << err_;
+  const int64_t need = nlohmann::json::parse(out_)["trainer"]["memory"]["largestWorker"];
+  const auto limit = [](int64_t bytes) {
+    return "spec.template={spec: {containers: [{name: worker, image: x, resources: {limits: "
+           "{memory: \"" +
+           std::to_string(bytes) + "\"}}}]}}";
+  };
+  ASSERT_EQ(Plan({limit(need)}, "text"), kPlanPrinted) << err_;
+  EXPECT_NE(out_.find("its memory limit " + std::to_string(need) + " holds it\n"),
+            std::string::npos)
+      << out_;
+  ASSERT_EQ(Plan({limit(need - 1)}, "text"), kPlanPrinted) << err_;
+  EXPECT_NE(out_.find("its memory limit " + std::to_string(need - 1) + " does NOT:"),
+            std::string::npos)
+      << out_;
+}
+
+// The largest worker pod is the one whose ranks hold the most, whichever it is: with a large
+// vocabulary the last stage's logits make worker 1 (stage 1) the larger.
+TEST_F(PlanJobTest, TheLargestWorkerIsTheOneWhoseRanksHoldTheMost) {
+  ASSERT_EQ(Plan({"spec.trainer.model.vocab=8192"}, "json"), kPlanPrinted) << err_;
+  const nlohmann::json t = nlohmann::json::parse(out_)["trainer"];
+  const int64_t stage0 = t["stages"][0]["memory"]["total"],
+                stage1 = t["stages"][1]["memory"]["total"];
+  ASSERT_GT(stage1, stage0);
+  EXPECT_EQ(t["memory"]["largestWorker"], 2 * stage1);
+}
+
+// The limit read is the worker container's, wherever it is in the list.
+TEST_F(PlanJobTest, ThePodLimitIsTheWorkerContainers) {
+  ASSERT_EQ(Plan({"spec.template={spec: {containers: [{name: sidecar, image: y, resources: "
+                  "{limits: {memory: 1Mi}}}, {name: worker, image: x, resources: {limits: "
+                  "{memory: 1Gi}}}]}}"},
+                 "text"),
+            kPlanPrinted)
+      << err_;
+  EXPECT_NE(out_.find("; its memory limit 1Gi holds it\n"), std::string::npos) << out_;
+}
+
+// Whether this machine could run every rank (`tessera run`): this small job, yes; one whose
+// attention probabilities alone are terabytes, no.
+TEST_F(PlanJobTest, SaysWhetherThisMachineHasEnoughForEveryRank) {
+  ASSERT_EQ(Plan({}, "text"), kPlanPrinted) << err_;
+  EXPECT_NE(out_.find(" available: enough for `tessera run` (every rank here)\n"),
+            std::string::npos)
+      << out_;
+  ASSERT_EQ(Plan({"spec.trainer.model.seqLen=131072"}, "text"), kPlanPrinted) << err_;
+  EXPECT_NE(out_.find(" available: NOT enough for `tessera run` (every rank here)\n"),
+            std::string::npos)
+      << out_;
+}
+
+// A bf16 job's memory is each rank's GPU's, for the attention the trainer will use
+// (TESSERA_ATTENTION, else the matmul attention with its seqLen x seqLen buffers); this
+// machine's memory and the pods' are not compared with it.
+TEST_F(PlanJobTest, ABf16PlanFollowsTheAttentionTheTrainerWillUse) {
+  std::ofstream(file_) << R"(apiVersion: tessera.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: gpu}
+spec:
+  workers: 1
+  gpusPerWorker: 2
+  trainer:
+    model: {layers: 2, dModel: 64, heads: 4, seqLen: 64, vocab: 256}
+    data: {path: no/such/corpus.txt}
+    batch: {global: 8}
+    schedule: {steps: 10}
+    precision: bf16
+)";
+  const char* saved = std::getenv("TESSERA_ATTENTION");
+  const std::string saved_value = saved != nullptr ? saved : "";
+  unsetenv("TESSERA_ATTENTION");
+  const int matmul_rc = Plan({}, "json");
+  const std::string matmul_out = out_;
+  setenv("TESSERA_ATTENTION", "flash-mma2", 1);
+  const int flash_rc = Plan({}, "json");
+  if (saved != nullptr)
+    setenv("TESSERA_ATTENTION", saved_value.c_str(), 1);
+  else
+    unsetenv("TESSERA_ATTENTION");
+  ASSERT_EQ(matmul_rc, kPlanPrinted) << err_;
+  ASSERT_EQ(flash_rc, kPlanPrinted) << err_;
+  const nlohmann::json matmul = nlohmann::json::parse(matmul_out)["trainer"];
+  const nlohmann::json flash = nlohmann::json::parse(out_)["trainer"];
+  EXPECT_EQ(matmul["precision"], "bf16");
+  EXPECT_EQ(matmul["device"], "gpu");
+  EXPECT_GT(matmul["stages"][0]["memory"]["attention"], 0);
+  EXPECT_EQ(flash["stages"][0]["memory"]["attention"], 0);
+  EXPECT_LT(flash["stages"][0]["memory"]["activations"],
+            matmul["stages"][0]["memory"]["activations"]);
+  EXPECT_TRUE(matmul["memory"]["available"].is_null());
+  EXPECT_TRUE(matmul["memory"]["largestWorker"].is_null());
+}
+
 }  // namespace
 }  // namespace tessera::cli

@@ -250,6 +250,8 @@ TEST(TrainerConfig, ValidationNamesTheField) {
        "optimizer.beta1: -0.1 is not in [0, 1)"},
       {[](TrainerConfig& c) { c.optimizer.beta1 = 1; }, 1, "optimizer.beta1: 1 is not in [0, 1)"},
       {[](TrainerConfig& c) { c.optimizer.eps = 0; }, 1, "optimizer.eps"},
+      {[](TrainerConfig& c) { c.optimizer.eps = std::numeric_limits<double>::infinity(); }, 1,
+       "optimizer.eps: must be a finite number > 0, got inf"},  // every update would be 0
       {[](TrainerConfig& c) { c.schedule.warmup_steps = -1; }, 1, "schedule.warmupSteps"},
       {[](TrainerConfig& c) { c.schedule.min_lr_ratio = 1.5; }, 1, "schedule.minLrRatio"},
       {[](TrainerConfig& c) { c.schedule.min_lr_ratio = -0.1; }, 1, "schedule.minLrRatio"},

@@ -10,6 +10,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <fstream>
 #include <string>
 #include <thread>
 
@@ -162,6 +164,98 @@ TEST_F(HttpServerTest, ATakenPortIsAnIoErrorNamingIt) {
   EXPECT_NE(st.message().find("metrics.port " + std::to_string(server_->port())), std::string::npos)
       << st.message();
   EXPECT_NE(st.message().find("Address already in use"), std::string::npos) << st.message();
+}
+
+// Every answer, error or not, says the connection closes (one request per connection).
+TEST_F(HttpServerTest, EveryAnswerSaysTheConnectionCloses) {
+  for (const char* request : {"GET /metrics HTTP/1.1\r\n\r\n", "GET /nope HTTP/1.1\r\n\r\n",
+                              "POST /metrics HTTP/1.1\r\n\r\n", "garbage\r\n\r\n"}) {
+    const std::string answer = Exchange(server_->port(), request);
+    const std::string head = answer.substr(0, answer.find("\r\n\r\n") + 2);
+    EXPECT_NE(head.find("\r\nConnection: close\r\n"), std::string::npos) << request << answer;
+  }
+}
+
+// A route is its exact path: neither a prefix of it nor a longer path is served.
+TEST_F(HttpServerTest, OnlyTheExactPathIsARoute) {
+  for (const char* path : {"/", "/metric", "/metricsx", "/metrics/"}) {
+    const std::string answer =
+        Exchange(server_->port(), std::string("GET ") + path + " HTTP/1.1\r\n\r\n");
+    EXPECT_EQ(answer.rfind("HTTP/1.1 404 Not Found\r\n", 0), 0u) << path << "\n" << answer;
+  }
+  EXPECT_EQ(calls_, 0);
+}
+
+// A request head is read up to 16 KiB, waiting for its blank line: a shorter head that never
+// ends (the client stops sending) is not answered from its first part.
+TEST_F(HttpServerTest, AHeadBelowTheSizeLimitIsReadToItsEnd) {
+  std::string request = "GET /metrics HTTP/1.1\r\nX-Padding: ";
+  request.resize(12 * 1024, 'x');  // no blank line
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(server_->port()));
+  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(send(fd, request.data(), request.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(request.size()));
+  shutdown(fd, SHUT_WR);  // the server reads to the end of what was sent, then sees it closed
+  std::string answer;
+  char buf[4096];
+  for (ssize_t n; (n = recv(fd, buf, sizeof(buf), 0)) > 0;)
+    answer.append(buf, static_cast<size_t>(n));
+  close(fd);
+  EXPECT_EQ(answer, "");
+  EXPECT_EQ(calls_, 0);
+}
+
+// A body larger than the socket buffers (a big /metrics) is sent whole, waiting for the client
+// to take it.
+TEST(HttpServer, ALargeBodyIsSentWhole) {
+  const std::string big(32 << 20, 'm');
+  std::unique_ptr<HttpServer> server;
+  ASSERT_TRUE(HttpServer::Start(0, {{"/big", "text/plain", [&big] { return big; }}}, &server).ok());
+  const std::string answer = Exchange(server->port(), "GET /big HTTP/1.1\r\n\r\n");
+  const auto body = answer.find("\r\n\r\n");
+  ASSERT_NE(body, std::string::npos) << answer.substr(0, 200);
+  EXPECT_NE(answer.find("Content-Length: " + std::to_string(big.size()) + "\r\n"),
+            std::string::npos);
+  EXPECT_EQ(answer.size() - body - 4, big.size());
+  EXPECT_EQ(answer.compare(body + 4, std::string::npos, big), 0);
+}
+
+// A rank restarted in the same pod listens on its port again at once, although the connections
+// the last one closed (it closes first) are still in TIME_WAIT.
+TEST(HttpServer, ARestartedServerListensOnTheSamePortAgain) {
+  std::unique_ptr<HttpServer> first;
+  ASSERT_TRUE(HttpServer::Start(0, {{"/metrics", "text/plain", [] { return "a"; }}}, &first).ok());
+  const int port = first->port();
+  EXPECT_EQ(Exchange(port, "GET /metrics HTTP/1.1\r\n\r\n").rfind("HTTP/1.1 200", 0), 0u);
+  first.reset();
+  std::unique_ptr<HttpServer> second;
+  const Status st =
+      HttpServer::Start(port, {{"/metrics", "text/plain", [] { return "b"; }}}, &second);
+  ASSERT_TRUE(st.ok()) << st.message();
+  const std::string answer = Exchange(port, "GET /metrics HTTP/1.1\r\n\r\n");
+  EXPECT_EQ(answer.substr(answer.size() - 1), "b") << answer;
+}
+
+// Prometheus scrapes a rank from another pod: the server listens on every interface
+// (0.0.0.0, as /proc/net/tcp lists its listening socket), not only on loopback.
+TEST_F(HttpServerTest, ListensOnEveryInterface) {
+  std::ifstream tcp("/proc/net/tcp");
+  ASSERT_TRUE(tcp.good());
+  char local[32];
+  std::snprintf(local, sizeof(local), ":%04X", server_->port());
+  std::string listening;  // the local address of the listening socket on our port
+  for (std::string line; std::getline(tcp, line);) {
+    char address[64] = {}, remote[64] = {}, state[8] = {};
+    if (std::sscanf(line.c_str(), " %*s %63s %63s %7s", address, remote, state) == 3 &&
+        std::string(state) == "0A" && std::string(address).ends_with(local)) {
+      listening = address;
+    }
+  }
+  EXPECT_EQ(listening, std::string("00000000") + local);
 }
 
 }  // namespace

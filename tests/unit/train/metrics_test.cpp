@@ -4,9 +4,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <ctime>
+#include <memory>
 #include <string>
+#include <thread>
+
+#include "tests/unit/train/loopback_http.h"
 
 namespace tessera::train {
 namespace {
@@ -129,6 +136,111 @@ TEST(TrainMetrics, MemoryHelpNamesEveryKind) {
         << kind;
     EXPECT_NE(help.find(kind), std::string::npos) << help;
   }
+}
+
+// The step and checkpoint histograms are in seconds (what the dashboard's histogram_quantile
+// reads), each observation in its own histogram, over the documented buckets 5 ms ... 300 s.
+TEST(TrainMetrics, DurationsAreSecondsInTheDocumentedBuckets) {
+  TrainMetrics m(50);
+  m.RecordStep({.step = 1, .loss = 4.5, .step_seconds = 0.2});
+  m.RecordCheckpoint(42);
+  const std::string text = m.MetricsText();
+  for (const char* line : {
+           "tessera_train_step_seconds_count 1\n",
+           "tessera_train_step_seconds_sum 0.2\n",
+           "tessera_train_step_seconds_bucket{le=\"0.1\"} 0\n",
+           "tessera_train_step_seconds_bucket{le=\"0.25\"} 1\n",
+           "tessera_checkpoint_seconds_count 1\n",
+           "tessera_checkpoint_seconds_sum 42\n",
+           "tessera_checkpoint_seconds_bucket{le=\"30\"} 0\n",
+           "tessera_checkpoint_seconds_bucket{le=\"60\"} 1\n",
+       }) {
+    EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
+  }
+  for (const char* le : {"0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1", "2.5", "5",
+                         "10", "30", "60", "120", "300", "+Inf"}) {
+    for (const char* name : {"tessera_train_step_seconds", "tessera_checkpoint_seconds"}) {
+      const std::string bucket = std::string(name) + "_bucket{le=\"" + le + "\"} ";
+      EXPECT_NE(text.find(bucket), std::string::npos) << bucket << "\n" << text;
+    }
+  }
+}
+
+// A resumed rank shows its checkpoint's loss on /metrics as on /progress, before it trains a step.
+TEST(TrainMetrics, ResumeSetsTheLossGauge) {
+  TrainMetrics m(50);
+  m.RecordResume(20, 3.5, std::nullopt);
+  EXPECT_EQ(SampleValue(m.MetricsText(), "tessera_train_loss"), 3.5);
+  EXPECT_EQ(SampleValue(m.MetricsText(), "tessera_train_step"), 20);
+}
+
+// updatedAt moves with every step, validation and resume (the controller's progress deadline
+// reads it). The clock has one-second resolution: the reports wait, with a deadline, for the
+// clock to pass the stamp the documents were created with.
+TEST(TrainMetrics, ProgressUpdatedAtMovesWithEachReport) {
+  TrainMetrics stepped(50), validated(50), resumed(50);
+  const auto updated = [](const TrainMetrics& m) {
+    return nlohmann::json::parse(m.ProgressJson())["updatedAt"].get<std::string>();
+  };
+  const std::string created = std::max({updated(stepped), updated(validated), updated(resumed)});
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (NowRfc3339() <= created && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_GT(NowRfc3339(), created);
+  stepped.RecordStep({.step = 1, .loss = 4.5});
+  validated.RecordValidation(4.25);
+  resumed.RecordResume(20, 3.5, std::nullopt);
+  EXPECT_GT(updated(stepped), created);
+  EXPECT_GT(updated(validated), created);
+  EXPECT_GT(updated(resumed), created);
+}
+
+// RFC 3339 in UTC whatever the process's time zone: the stamp lies between the clock read
+// before and after it.
+TEST(TrainMetrics, NowIsUtcWhateverTheTimeZone) {
+  const char* zone = std::getenv("TZ");
+  const std::string saved = zone != nullptr ? zone : "";
+  setenv("TZ", "<+05>-5", 1);  // five hours east of UTC
+  tzset();
+  using std::chrono::system_clock;  // the clock NowRfc3339 reads (time() may lag it)
+  const std::time_t before = system_clock::to_time_t(system_clock::now());
+  const std::string now = NowRfc3339();
+  const std::time_t after = system_clock::to_time_t(system_clock::now());
+  if (zone != nullptr)
+    setenv("TZ", saved.c_str(), 1);
+  else
+    unsetenv("TZ");
+  tzset();
+  std::tm utc{};
+  ASSERT_NE(strptime(now.c_str(), "%Y-%m-%dT%H:%M:%SZ", &utc), nullptr) << now;
+  const std::time_t stamp = timegm(&utc);
+  EXPECT_LE(before, stamp) << now;
+  EXPECT_LE(stamp, after) << now;
+}
+
+// MetricsServer: /metrics in Prometheus' text format (by its Content-Type, which a scraper
+// uses to choose the parser), /progress as the JSON document, on the port it reports.
+TEST(MetricsServer, ServesMetricsAndProgressOnItsPort) {
+  TrainMetrics m(50);
+  m.RecordStep({.step = 3, .loss = 4.5, .tokens_per_second = 100});
+  std::unique_ptr<MetricsServer> server;
+  const Status st = MetricsServer::Start(0, &m, &server);
+  ASSERT_TRUE(st.ok()) << st.message();
+  ASSERT_GT(server->port(), 0);
+  const std::string metrics =
+      test::LoopbackExchange(server->port(), "GET /metrics HTTP/1.1\r\n\r\n");
+  EXPECT_EQ(metrics.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << metrics;
+  EXPECT_NE(metrics.find("\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("\ntessera_train_step 3\n"), std::string::npos) << metrics;
+  const std::string progress =
+      test::LoopbackExchange(server->port(), "GET /progress HTTP/1.1\r\n\r\n");
+  EXPECT_NE(progress.find("\r\nContent-Type: application/json\r\n"), std::string::npos) << progress;
+  const auto body = progress.find("\r\n\r\n");
+  ASSERT_NE(body, std::string::npos) << progress;
+  EXPECT_EQ(nlohmann::json::parse(progress.substr(body + 4)),
+            nlohmann::json::parse(m.ProgressJson()));
 }
 
 }  // namespace

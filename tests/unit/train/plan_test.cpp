@@ -142,6 +142,32 @@ TEST(TrainingPlan, ZeroOneShardsTheMoments) {
   EXPECT_EQ(sharded.stages[0].memory.parameters, replicated.stages[0].memory.parameters);
 }
 
+// ZeRO-1 shards only the moments: every data-parallel rank still holds every parameter and its
+// gradient (the trainer reduces the whole gradient before it scatters it).
+TEST(TrainingPlan, ZeroOneKeepsEveryGradient) {
+  TrainerConfig c = Config(3, 1, 2);
+  c.parallel.zero_stage = 1;
+  TrainingPlan plan;
+  ASSERT_TRUE(PlanTraining(c, 3, 1, 1, &plan).ok());
+  EXPECT_EQ(plan.stages[0].memory.gradients, 4 * plan.parameters);
+  EXPECT_EQ(plan.stages[0].memory.parameters, 4 * plan.parameters);
+}
+
+// A bf16 rank keeps the whole model, its gradient and all of AdamW's state on its GPU, however
+// many data-parallel ranks there are (the GPU model has no ZeRO).
+TEST(TrainingPlan, EveryGpuRankHoldsTheWholeOptimizerState) {
+  TrainerConfig c = Config(2, 1, 2);
+  c.precision = Precision::kBf16;
+  TrainingPlan plan;
+  ASSERT_TRUE(PlanTraining(c, 2, 1, 1, &plan).ok());
+  const model::GptCudaMemory gpu = model::GptCudaMemoryFor(
+      c.model, plan.micro_batch, c.model.seq_len, model::GpuAttention::kMatmul);
+  ASSERT_EQ(plan.stages.size(), 1u);
+  EXPECT_EQ(plan.stages[0].memory.optimizer, gpu.optimizer);
+  EXPECT_EQ(plan.stages[0].memory.gradients, gpu.gradients);
+  EXPECT_EQ(plan.all_ranks_bytes(), 2 * plan.stages[0].memory.total());
+}
+
 // The batch and work figures `tessera plan` prints: sequences a data-parallel rank, tokens a
 // step, and each stage's share of the cost model's work.
 TEST(TrainingPlan, BatchSplitAndShareOfTheWork) {
@@ -285,6 +311,13 @@ TEST(TrainingPlan, CheckStageFitsNamesTheFieldsAndTheFigures) {
             std::string::npos)
       << st.message();
   EXPECT_EQ(st.message().find("TESSERA_ATTENTION"), std::string::npos);
+  // The rest beside the activations: parameters, gradients and AdamW state; no corpus here.
+  const RankMemory& m = stage.memory;
+  EXPECT_NE(st.message().find("and " + FormatBytes(m.parameters + m.gradients + m.optimizer) +
+                              " of parameters, gradients and AdamW state, but"),
+            std::string::npos)
+      << st.message();
+  EXPECT_EQ(st.message().find("corpus"), std::string::npos) << st.message();
 
   c.precision = Precision::kBf16;
   ASSERT_TRUE(PlanTraining(c, 1, 1, 1, &plan).ok());  // the matmul attention
