@@ -92,15 +92,12 @@ Status PlanTraining(const TrainerConfig& config, int world_size, int pipeline, i
       stage.in_flight = pipeline > 1 ? parallel::PeakInFlight(parallel::MakeSchedule(
                                            *schedule, pipeline, s, plan.micro_batches))
                                      : 1;
-      const int64_t owned =
-          config.parallel.zero_stage == 1 && plan.shape.data > 1
-              ? parallel::ZeroLayout{.count = stage.parameters, .ranks = plan.shape.data}
-                    .shard_size()
-              : stage.parameters;
+      const bool zero = config.parallel.zero_stage == 1 && plan.shape.data > 1;
+      const parallel::ZeroLayout layout{.count = stage.parameters, .ranks = plan.shape.data};
       using Activations = model::cpu::GptActivations<float>;
       m.parameters = 4 * stage.parameters;
-      m.gradients = 4 * stage.parameters;
-      m.optimizer = 8 * owned;
+      m.gradients = 4 * stage.parameters + (zero ? layout.buffer_bytes() : 0);
+      m.optimizer = 8 * (zero ? layout.shard_size() : stage.parameters);
       m.activations =
           stage.in_flight * Activations::BytesFor(config.model, plan.micro_batch, T, shard);
       m.attention = stage.in_flight *
@@ -163,7 +160,8 @@ std::string FormatBytes(int64_t bytes) {
     return fmt::format("{} B", bytes);
   double value = static_cast<double>(bytes) / 1024.0;
   int unit = 0;
-  while (value >= 1024.0 && unit < 3) {
+  // The next unit from where one decimal would round up to 1024.0 (1048575 B is "1.0 MiB").
+  while (value >= 1023.95 && unit < 3) {
     value /= 1024.0;
     unit++;
   }

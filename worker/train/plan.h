@@ -23,7 +23,7 @@ namespace tessera::train {
 // Bytes one rank holds: on the CPU (fp32) or, with precision bf16, on its GPU.
 struct RankMemory {
   int64_t parameters = 0;   // fp32; with bf16 also their bf16 copy and the padded LM head
-  int64_t gradients = 0;    // fp32
+  int64_t gradients = 0;    // fp32; with ZeRO-1 also its reduced shard (and staging copy)
   int64_t optimizer = 0;    // AdamW's two fp32 moments over the values this rank updates
   int64_t activations = 0;  // every micro-batch alive at once, and the backward's scratch
   int64_t attention = 0;    // of `activations`: the (B, heads, T, T) attention probabilities

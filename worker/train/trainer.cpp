@@ -313,7 +313,9 @@ Status Trainer::Create(const TrainerConfig& config, const RankContext& rank,
   impl->flops_per_token = FlopsPerToken(config.model);
   impl->metrics = std::make_unique<TrainMetrics>(config.schedule.steps);
   impl->metrics->SetMemoryBytes("parameters", 4.0 * static_cast<double>(n));
-  impl->metrics->SetMemoryBytes("gradients", 4.0 * static_cast<double>(n));
+  impl->metrics->SetMemoryBytes(
+      "gradients", 4.0 * static_cast<double>(n) +
+                       (impl->zero ? static_cast<double>(impl->zero->layout().buffer_bytes()) : 0));
   impl->metrics->SetMemoryBytes("optimizer", 8.0 * static_cast<double>(impl->owned.size()));
   impl->metrics->SetMemoryBytes("resident", ResidentBytes());
   if (config.metrics.port >= 0) {

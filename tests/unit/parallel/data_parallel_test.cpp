@@ -103,6 +103,14 @@ TEST(PlanBuckets, AlignsToTheReadyOffsets) {
   }
 }
 
+// ZeroShards' own memory: one shard, and a staging copy of every padded shard only when the
+// shards do not tile the buffer.
+TEST(ZeroLayout, BufferBytesAreAShardAndAStagingCopyWhenPadded) {
+  EXPECT_EQ((ZeroLayout{12, 4}).buffer_bytes(), 4 * 3);
+  EXPECT_EQ((ZeroLayout{10, 4}).buffer_bytes(), 4 * (3 + 12));
+  EXPECT_EQ((ZeroLayout{1, 1}).buffer_bytes(), 4);
+}
+
 TEST(ZeroLayout, ShardsTileTheBufferInRankOrder) {
   for (const auto& [count, ranks] :
        std::vector<std::pair<int64_t, int>>{{12, 4}, {13, 4}, {3, 4}, {1, 3}, {1000003, 7}}) {

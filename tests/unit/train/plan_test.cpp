@@ -149,8 +149,13 @@ TEST(TrainingPlan, ZeroOneKeepsEveryGradient) {
   c.parallel.zero_stage = 1;
   TrainingPlan plan;
   ASSERT_TRUE(PlanTraining(c, 3, 1, 1, &plan).ok());
-  EXPECT_EQ(plan.stages[0].memory.gradients, 4 * plan.parameters);
+  // Besides every gradient, ZeRO-1's reduced shard, and a staging copy of the padded shards
+  // when the parameters do not divide by the 3 data ranks.
+  const int64_t shard = (plan.parameters + 2) / 3;
+  const int64_t staging = plan.parameters % 3 == 0 ? 0 : 3 * shard;
+  EXPECT_EQ(plan.stages[0].memory.gradients, 4 * (plan.parameters + shard + staging));
   EXPECT_EQ(plan.stages[0].memory.parameters, 4 * plan.parameters);
+  EXPECT_EQ(plan.stages[0].memory.optimizer, 8 * shard);
 }
 
 // A bf16 rank keeps the whole model, its gradient and all of AdamW's state on its GPU, however
@@ -380,6 +385,10 @@ TEST(FormatBytes, BinaryUnits) {
   EXPECT_EQ(FormatBytes(4096), "4.0 KiB");
   EXPECT_EQ(FormatBytes(int64_t{3} << 29), "1.5 GiB");
   EXPECT_EQ(FormatBytes(int64_t{64} << 40), "64.0 TiB");
+  // Never "1024.0" of a unit: from where one decimal rounds up to it, the next unit.
+  EXPECT_EQ(FormatBytes(1048524), "1023.9 KiB");
+  EXPECT_EQ(FormatBytes(1048525), "1.0 MiB");
+  EXPECT_EQ(FormatBytes((int64_t{1} << 30) - 1), "1.0 GiB");
 }
 
 }  // namespace
