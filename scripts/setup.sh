@@ -44,7 +44,8 @@ APT_PACKAGES=(
   build-essential cmake ninja-build pkg-config git clang clang-format libclang-rt-14-dev libomp-14-dev
   libcpprest-dev libssl-dev nlohmann-json3-dev libyaml-cpp-dev prometheus-cpp-dev libgloo-dev
   libopenblas-dev libcli11-dev libspdlog-dev libfmt-dev libgtest-dev libgmock-dev
-  libbenchmark-dev prometheus python3 python3-pip python3-torch python3-numpy curl jq openssl iproute2 procps
+  libbenchmark-dev prometheus python3 python3-pip python3-torch python3-numpy python3-yaml curl jq
+  openssl iproute2 procps
   util-linux
 )
 missing=()

@@ -2,9 +2,10 @@
 # The chart's identity at work: after `helm install`, tessera-controller runs (on this
 # machine, as kwok runs no containers) with a TokenRequest token of the chart's
 # ServiceAccount, and so only with the chart's RBAC; it reconciles an example job
-# (manifests/examples/cpu-tiny.yaml) to Running. `promtool check metrics` is clean on its
-# /metrics, and a real Prometheus scraping it (loopback) answers every panel query of the
-# "Tessera / Jobs" dashboard with at least one series; empty panels are listed by title.
+# (manifests/examples/cpu-tiny.yaml) to Running, and says whose pod holds a worker's name
+# (which it reads: GET pods). `promtool check metrics` is clean on its /metrics, and a real
+# Prometheus scraping it (loopback) answers every panel query of the "Tessera / Jobs"
+# dashboard with at least one series; empty panels are listed by title.
 source "$TESSERA_SOURCE_DIR/tests/cluster/lib.sh"
 command -v helm >/dev/null || fail "helm not found on PATH: run scripts/setup.sh first"
 command -v prometheus >/dev/null || fail "prometheus not found: install Debian's prometheus package"
@@ -66,6 +67,25 @@ if grep -q '"code":403\|forbidden' "$log"; then
   grep -m3 '403\|forbidden' "$log"; fail "the controller was refused something by RBAC"
 fi
 echo "ok: the controller reconciled cpu-tiny to Running with the chart's RBAC"
+# A worker's pod name held by a pod the job does not own: the controller's create is refused
+# (already exists), it reads that pod (GET pods, which the chart's RBAC must grant) and says
+# in the job's Created condition whose pod it is.
+kns apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Pod
+metadata: {name: held-worker-1}
+spec: {containers: [{name: c, image: example.com/not-a-worker}]}
+YAML
+/usr/bin/python3 -c 'import sys, yaml
+job = yaml.safe_load(open(sys.argv[1])); job["metadata"]["name"] = "held"
+print(yaml.safe_dump(job))' "$TESSERA_SOURCE_DIR/manifests/examples/cpu-tiny.yaml" | kns apply -f - >/dev/null
+created() { kns get tj held -o jsonpath="{.status.conditions[?(@.type==\"Created\")].$1}"; }
+failed_create() { [ "$(created reason)" = FailedCreate ]; }
+wait_for 60 "job held's Created condition FailedCreate" failed_create
+message=$(created message)
+[[ $message == *"create pod $TEST_NAMESPACE/held-worker-1: a pod of that name exists that this job does not own (its controller: no controller)"* ]] ||
+  fail "job held's Created condition: '$message' (want: a pod of that name exists that this job does not own)"
+echo "ok: the controller says whose pod holds a worker's name: $message"
 if [[ " ${args[*]} " == *" --leader-elect "* ]]; then
   # The Lease is in the release namespace ($POD_NAMESPACE), where the chart's Role allows it.
   holder=$(kns get lease tessera-controller -o jsonpath='{.spec.holderIdentity}')

@@ -13,6 +13,11 @@ kubectl kustomize "$TESSERA_SOURCE_DIR/manifests" >"$work/base.yaml" ||
 kinds=$(grep '^kind:' "$work/base.yaml" | sort | tr '\n' ' ')
 expect_eq "kind: ClusterRole kind: ClusterRoleBinding kind: CustomResourceDefinition kind: Deployment kind: Namespace kind: Role kind: RoleBinding kind: Service kind: ServiceAccount " \
   "$kinds" "kinds in kubectl kustomize manifests/"
+# Its Service, probes and bindings reach the controller (as in the chart's rendering).
+/usr/bin/python3 "$TESSERA_SOURCE_DIR/tests/cluster/packaging/packaging_check.py" wiring "$work/base.yaml"
+expect_eq restricted "$(/usr/bin/python3 -c 'import sys, yaml
+print([d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d["kind"] == "Namespace"][0]["metadata"]["labels"].get("pod-security.kubernetes.io/enforce"))' "$work/base.yaml")" \
+  "Pod Security Standard enforced in tessera-system"
 # The cluster-scoped part applies as it is.
 /usr/bin/python3 - "$work/base.yaml" >"$work/cluster-scoped.yaml" <<'PY'
 import sys, yaml

@@ -32,6 +32,7 @@ expect_eq "$(helm template t "$chart" | sha256sum)" "$(helm template t "$work"/p
 helm template tessera "$chart" --namespace tessera-system >"$work/manifests-like.yaml"
 /usr/bin/python3 "$here/packaging_check.py" rendered "$work/manifests-like.yaml"
 /usr/bin/python3 "$here/packaging_check.py" restricted "$work/manifests-like.yaml"
+/usr/bin/python3 "$here/packaging_check.py" wiring "$work/manifests-like.yaml"
 
 # Server-side dry runs in the test's namespace: every object must be accepted as written.
 server_dry_run() {
@@ -66,6 +67,11 @@ wait_for 30 "monitoring.coreos.com CRDs established" \
 helm template t "$chart" --namespace "$TEST_NAMESPACE" -f "$here/all-features-values.yaml" >"$work/all.yaml"
 server_dry_run "$work/all.yaml" all-features
 /usr/bin/python3 "$here/packaging_check.py" restricted "$work/all.yaml"
+/usr/bin/python3 "$here/packaging_check.py" wiring "$work/all.yaml"
+# A ServiceMonitor in the monitoring stack's namespace still finds the release's Service.
+helm template t "$chart" --namespace "$TEST_NAMESPACE" -f "$here/all-features-values.yaml" \
+  --set metrics.serviceMonitor.namespace=monitoring >"$work/monitor-elsewhere.yaml"
+/usr/bin/python3 "$here/packaging_check.py" wiring "$work/monitor-elsewhere.yaml"
 all_json=$(/usr/bin/python3 -c 'import json, sys, yaml
 print(json.dumps({"items": [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]}))' "$work/all.yaml")
 expect_eq kube-prometheus-stack "$(json_get '[i for i in d["items"] if i["kind"]=="ServiceMonitor"][0]["metadata"]["labels"]["release"]' <<<"$all_json")" "ServiceMonitor release label"
@@ -75,6 +81,23 @@ expect_eq "['--leader-elect', '--metrics-bind-address=:9090', '--health-probe-bi
   "controller args with all features"
 expect_eq 2 "$(json_get 'len([i for i in d["items"] if i["kind"]=="ConfigMap" and i["metadata"]["labels"].get("grafana_dashboard")=="1"])' <<<"$all_json")" \
   "dashboard ConfigMaps labelled grafana_dashboard=1"
+expect_eq "15s 5s" "$(json_get '" ".join(v for i in d["items"] if i["kind"]=="ServiceMonitor" for e in i["spec"]["endpoints"] for v in (e["interval"], e["scrapeTimeout"]))' <<<"$all_json")" \
+  "ServiceMonitor interval and scrapeTimeout"
+expect_eq "{'any': True}" "$(json_get '[i for i in d["items"] if i["kind"]=="PodMonitor"][0]["spec"]["namespaceSelector"]' <<<"$all_json")" \
+  "PodMonitor namespaceSelector (metrics.podMonitor.namespaceSelector)"
+expect_eq "10s 5s" "$(json_get '" ".join(v for i in d["items"] if i["kind"]=="PodMonitor" for e in i["spec"]["podMetricsEndpoints"] for v in (e["interval"], e["scrapeTimeout"]))' <<<"$all_json")" \
+  "PodMonitor interval and scrapeTimeout"
+expect_eq 2 "$(helm template t "$chart" --set dashboards.label=tessera_dashboard --set dashboards.labelValue=yes |
+  /usr/bin/python3 -c 'import sys, yaml
+print(len([d for d in yaml.safe_load_all(sys.stdin) if d and d["kind"] == "ConfigMap" and d["metadata"]["labels"].get("tessera_dashboard") == "yes"]))')" \
+  "dashboard ConfigMaps labelled dashboards.label=dashboards.labelValue"
+
+# An image digest replaces the tag: repository@digest.
+digest=sha256:$(printf '%064d' 0 | tr 0 a)
+expect_eq "tessera/controller@$digest" "$(helm template t "$chart" --set controller.image.digest="$digest" |
+  /usr/bin/python3 -c 'import sys, yaml
+print([d for d in yaml.safe_load_all(sys.stdin) if d and d["kind"] == "Deployment"][0]["spec"]["template"]["spec"]["containers"][0]["image"])')" \
+  "controller image with a digest"
 
 # values.schema.json and the templates refuse bad values with the key's name.
 refuses() {
@@ -87,6 +110,9 @@ refuses "additional properties 'replica' not allowed" --set controller.replica=2
 refuses "/controller/workers" --set controller.workers=0
 refuses "/controller/logFormat" --set controller.logFormat=xml
 refuses "/metrics/serviceMonitor/interval" --set metrics.serviceMonitor.interval=soon
+refuses "/metrics/podMonitor/scrapeTimeout" --set metrics.podMonitor.scrapeTimeout=10sec
+refuses "/controller/image/digest" --set controller.image.digest=latest
 refuses "needs controller.leaderElection.enabled" --set controller.replicas=2 --set controller.leaderElection.enabled=false
 refuses "serviceAccount.name is required" --set serviceAccount.create=false
+refuses "needs metrics.service.enabled" --set metrics.serviceMonitor.enabled=true --set metrics.service.enabled=false
 echo "PASS"
