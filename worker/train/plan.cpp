@@ -33,6 +33,13 @@ int64_t TrainingPlan::ranks_bytes(int first, int count) const {
   return sum;
 }
 
+double MfuRatio(double flops_per_token, double tokens_per_second, double peak_per_rank,
+                int world_size) {
+  if (!(peak_per_rank > 0) || world_size < 1)
+    return 0;
+  return flops_per_token * tokens_per_second / (peak_per_rank * world_size);
+}
+
 double FlopsPerToken(const model::GptConfig& config) {
   const int64_t whole = model::GptParameterCount(config);
   const int64_t wpe = static_cast<int64_t>(config.seq_len) * config.d_model;

@@ -68,6 +68,12 @@ struct TrainingPlan {
 // 12 * layers * dModel * seqLen. The numerator of MFU.
 double FlopsPerToken(const model::GptConfig& config);
 
+// Model FLOPs utilisation of a step: the job's matrix-product FLOPs a second (the whole job's
+// `tokens_per_second` times `flops_per_token`) over the peak of all its `world_size` ranks,
+// `peak_per_rank` each (one rank's GPU, or the cores it uses); 0 when the peak is unknown (0).
+double MfuRatio(double flops_per_token, double tokens_per_second, double peak_per_rank,
+                int world_size);
+
 // The plan of `config` over `world_size` ranks as data x `pipeline` x `tensor`. With precision
 // bf16 the memory is the GPU's, for `attention`'s buffers (the trainer's: TESSERA_ATTENTION or
 // the default). A configuration ValidateTrainerConfig refuses is that kBadConfig. Reads

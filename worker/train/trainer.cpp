@@ -844,7 +844,7 @@ Status Trainer::RunSteps(const RunOptions& options, TrainResult* result) {
          .grad_norm = grad_norm,
          .tokens_per_second = tokens_per_second,
          .step_seconds = seconds,
-         .mfu_ratio = peak > 0 ? s.flops_per_token * tokens_per_second / peak : 0.0});
+         .mfu_ratio = MfuRatio(s.flops_per_token, tokens_per_second, peak, s.rank.world_size)});
     s.metrics->SetMemoryBytes("resident", ResidentBytes());
     s.metrics->SetMemoryBytes(
         "activations",

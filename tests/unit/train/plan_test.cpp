@@ -377,6 +377,15 @@ TEST(TrainingPlan, CheckPodFitsAddsThePodsRanks) {
   EXPECT_TRUE(CheckPodFits(plan, 0, 2, plan.largest_rank_bytes()).ok());
 }
 
+// MFU is the job's FLOPs a second over the peak of all its ranks: each rank reports the job's
+// tokens a second, so a rank's own peak alone would count the job's work against one GPU.
+TEST(MfuRatio, IsTheJobsFlopsOverEveryRanksPeak) {
+  EXPECT_DOUBLE_EQ(MfuRatio(6e8, 1000, 1.2e12, 1), 0.5);
+  EXPECT_DOUBLE_EQ(MfuRatio(6e8, 8000, 1.2e12, 8), 0.5);
+  EXPECT_DOUBLE_EQ(MfuRatio(6e8, 8000, 1.2e12, 16), 0.25);
+  EXPECT_EQ(MfuRatio(6e8, 1000, 0, 1), 0);  // no peak configured: not reported
+}
+
 TEST(FormatBytes, BinaryUnits) {
   EXPECT_EQ(FormatBytes(12), "12 B");
   EXPECT_EQ(FormatBytes(1023), "1023 B");

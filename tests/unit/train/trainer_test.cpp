@@ -19,6 +19,7 @@
 #include "worker/train/checkpoint.h"
 #include "worker/train/data_loader.h"
 #include "worker/train/gpu_replica.h"
+#include "worker/train/plan.h"
 
 namespace tessera::train {
 namespace {
@@ -555,6 +556,24 @@ TEST_F(TrainerTest, MetricsShowTheRunAndTheCheckpointItResumed) {
   EXPECT_EQ(progress["step"], 3) << progress.dump();
   EXPECT_EQ(progress["loss"].get<double>(), meta.loss) << progress.dump();
   EXPECT_EQ(progress["valLoss"].get<double>(), *meta.val_loss) << progress.dump();
+}
+
+// With a peak (metrics.peakFlopsPerSecond), the last step's MFU is its tokens a second times
+// the FLOPs of one over the peak (of the one rank here).
+TEST_F(TrainerTest, MfuIsTheStepsFlopsOverThePeak) {
+  TrainerConfig c = Config();
+  c.schedule.steps = 2;
+  c.metrics.port = 0;
+  c.metrics.peak_flops_per_second = 1e9;
+  std::unique_ptr<Trainer> trainer;
+  ASSERT_TRUE(Trainer::Create(c, Rank(), &trainer).ok());
+  TrainResult r;
+  ASSERT_TRUE(trainer->Run({}, &r).ok());
+  const std::string m = HttpGet(trainer->metrics_port(), "/metrics");
+  const double tokens_per_second = MetricValue(m, "tessera_train_tokens_per_second");
+  ASSERT_GT(tokens_per_second, 0) << m;
+  const double want = FlopsPerToken(c.model) * tokens_per_second / 1e9;
+  EXPECT_NEAR(MetricValue(m, "tessera_train_mfu_ratio"), want, 1e-5 * want) << m;
 }
 
 // precision bf16 is the GPU model; where none is visible the job fails at once, exit 2,
