@@ -2,7 +2,8 @@
 # A real Prometheus (Debian's package) scrapes a training `tessera run --metrics-port` of two
 # data-parallel ranks, with the scrape configuration docs/local-mode.md gives, and every panel
 # query of the "Tessera / Training" dashboard returns at least one series; empty panels are
-# listed by title. Also: `promtool check metrics` is clean on rank 0's /metrics, every tessera_
+# listed by title; a panel of a histogram's mean (Checkpoint time) stays within what the
+# histogram observed. Also: `promtool check metrics` is clean on rank 0's /metrics, every tessera_
 # metric it exports is in docs/metrics.md, and every metric of that page's Training table is
 # exported.
 #
@@ -120,8 +121,28 @@ echo "ok: Prometheus scraped both ranks"
 
 # 4. Every panel query of the Training dashboard, with the dashboard's variables set to All.
 /usr/bin/python3 - "$TESSERA_SOURCE_DIR/dashboards/tessera-training.json" "$api" "$work/metrics.txt" <<'PY'
-import json, os, re, sys, urllib.parse, urllib.request
+import json, os, re, sys, time, urllib.parse, urllib.request
 board, api, metrics_file = sys.argv[1:4]
+# A panel dividing one histogram's rates, its _sum and _count (its mean, rate(X_sum) /
+# rate(X_count)): every value lies within the observations, so at most the smallest bucket bound
+# that holds all of them, at the same time; twice that is allowed, as rate() may extrapolate the
+# two series by different factors (count / sum, inverted, is far outside: hundreds of seconds).
+MEAN = re.compile(r"rate\((tessera_\w+)_(?:sum|count)\{[^}]*\}\[[^\]]*\]\)\s*/\s*"
+                  r"rate\(\1_(?:sum|count)\b")
+def query(q, at):
+    url = api + "/query?" + urllib.parse.urlencode({"query": q, "time": at})
+    return json.load(urllib.request.urlopen(url, timeout=10))["data"]["result"]
+def largest_observation_bound(histogram, at):
+    per_series = {}
+    for s in query(histogram + "_bucket", at):
+        key = tuple(sorted((k, v) for k, v in s["metric"].items() if k != "le"))
+        per_series.setdefault(key, []).append((float(s["metric"]["le"]), float(s["value"][1])))
+    bound = 0.0
+    for buckets in per_series.values():
+        buckets.sort()
+        bound = max(bound, next(le for le, count in buckets if count >= buckets[-1][1]))
+    return bound
+wrong = []
 exported = set(re.findall(r"^# TYPE (tessera_\w+)", open(metrics_file).read(), re.M))
 strict = os.environ.get("TESSERA_STRICT_PANELS", "1") == "1"
 def base(name):
@@ -152,11 +173,25 @@ for panel in json.load(open(board))["panels"]:
             pending.append(f"{panel['title']} ({', '.join(missing)})")
         else:
             empty.append(f"{panel['title']} ({t['refId']}: {expr})")
+        mean = MEAN.search(q)
+        if series and mean:
+            at = f"{time.time():.3f}"
+            bound = largest_observation_bound(mean.group(1), at)
+            values = [float(s["value"][1]) for s in query(q, at)]
+            values = [v for v in values if v == v]  # NaN: nothing observed in the window
+            if all(0 <= v <= 2 * bound for v in values):
+                print(f"ok: panel {panel['title']!r} ({t['refId']}): {values} within the "
+                      f"observations of {mean.group(1)} (<= {bound})")
+            else:
+                wrong.append(f"{panel['title']} ({t['refId']}): {values}, but every observation "
+                             f"of {mean.group(1)} is <= {bound} (twice that allowed)")
 for p in pending:
     print(f"{'FAIL' if strict else 'not exported by this tessera-worker'}: panel {p}")
 for e in empty:
     print(f"FAIL: empty panel: {e}")
+for w in wrong:
+    print(f"FAIL: panel value out of its histogram's range: {w}")
 print(f"{checked} queries; {len(empty)} empty; {len(pending)} over metrics the worker does not export")
-sys.exit(1 if empty or (strict and pending) else 0)
+sys.exit(1 if empty or wrong or (strict and pending) else 0)
 PY
 echo "PASS"
