@@ -163,7 +163,7 @@ int Run(int argc, char** argv) {
           config, B, T, tessera::model::GpuAttentionFromEnvironment(options.attention))
           .activations;
   const double tokens_per_s = static_cast<double>(B) * T * steps / timed;
-  const double mfu = tokens_per_s * flops_per_token / (peak_tflops * 1e12);
+  const double mfu = tessera::train::MfuRatio(flops_per_token, tokens_per_s, peak_tflops * 1e12, 1);
   std::printf(
       "tessera tokens_per_s=%.1f step_ms=%.2f mfu=%.4f batch=%d seq_len=%d params=%lld "
       "activation_gib=%.2f loss_first=%.4f loss_last=%.4f grad_norm=%.4f forward_ms=%.2f "

@@ -13,7 +13,7 @@ ZeroShards::ZeroShards(std::shared_ptr<comm::ProcessGroup> group, int64_t count)
     : group_(std::move(group)), layout_{count, group_->size()} {
   // When the shards tile the buffer exactly the collectives run on the model's own buffers;
   // otherwise the padded tail needs a staging copy of the whole buffer.
-  if (layout_.shard_size() * layout_.ranks != count)
+  if (layout_.padded())
     staging_.assign(static_cast<size_t>(layout_.shard_size() * layout_.ranks), 0.0f);
   shard_.assign(static_cast<size_t>(layout_.shard_size()), 0.0f);
 }

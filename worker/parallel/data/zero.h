@@ -23,11 +23,14 @@ struct ZeroLayout {
   int ranks = 1;
   int64_t shard_size() const { return (count + ranks - 1) / ranks; }
   BufferRange shard(int rank) const;
-  // What ZeroShards holds besides the model's buffers: its shard of floats and, when the shards
-  // do not tile count (the last is padded), a staging copy of ranks * shard_size floats.
+  // Whether the shards do not tile count (the last is padded): then the collectives need a
+  // staging copy of ranks * shard_size floats.
+  bool padded() const { return shard_size() * ranks != count; }
+  // What ZeroShards holds besides the model's buffers: its shard of floats and, when padded(),
+  // the staging copy.
   int64_t buffer_bytes() const {
-    const int64_t padded = shard_size() * ranks;
-    return static_cast<int64_t>(sizeof(float)) * (shard_size() + (padded != count ? padded : 0));
+    return static_cast<int64_t>(sizeof(float)) *
+           (shard_size() + (padded() ? shard_size() * ranks : 0));
   }
 };
 
