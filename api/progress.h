@@ -37,6 +37,30 @@ std::optional<ProgressDocument> DecodeProgress(const nlohmann::json& body);
 // The same from the document's text (not JSON: nullopt).
 std::optional<ProgressDocument> DecodeProgressJson(std::string_view text);
 
+// Rank 0's /progress document as it ended, carried to the controller by the container's
+// termination message (which the kubelet copies into the pod's status whether the container
+// succeeded or failed): the message's last line, after kFinalProgressPrefix, below the
+// failure's own line when there is one. The controller reads it into status.progress, so a
+// finished job shows the step it reached, not the one of its last poll.
+inline constexpr std::string_view kFinalProgressPrefix = "final progress: ";
+
+// A termination message taken apart: what the container said, and the final progress line.
+struct TerminationMessage {
+  std::string text;           // the message without the progress line ("" when it had none)
+  std::string progress_json;  // the document's text as written; "" when there is none
+  std::optional<ProgressDocument> progress;  // decoded from progress_json
+};
+
+// Splits `message`: its last line is the progress line when it starts with
+// kFinalProgressPrefix and the rest decodes (DecodeProgressJson); any other text is all `text`.
+TerminationMessage SplitTerminationMessage(std::string_view message);
+
+// `text` then, on a line of its own, kFinalProgressPrefix and `progress_json` (when not
+// empty), in at most `max_bytes`: `text` is cut (between UTF-8 characters) to make room for the
+// progress line, which is left out only when it alone would not fit.
+std::string JoinTerminationMessage(std::string_view text, std::string_view progress_json,
+                                   size_t max_bytes);
+
 // A whole answer to GET /progress is at most this long (a document is a few hundred bytes).
 inline constexpr size_t kMaxProgressResponseBytes = size_t{1} << 20;
 

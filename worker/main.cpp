@@ -86,16 +86,22 @@ Status ApplyEnvironment(tessera::train::TrainerConfig* config, tessera::train::R
   return Status::Ok();
 }
 
-// TESSERA_PROGRESS_FILE (`tessera run` sets it for rank 0): the /progress document as the rank
-// ends, whatever the outcome, so the runner's summary has the step reached, not that of its last
-// poll. Written beside and renamed, so a reader finds a whole document or none; best effort.
-void WriteFinalProgress(const tessera::train::Trainer& trainer) {
+// Rank 0's /progress document as it ends, whatever the outcome, so what reports the run has the
+// step reached, not that of its last poll: in a pod, the termination message's last line (the
+// controller's status.progress); with `tessera run`, TESSERA_PROGRESS_FILE (the runner's
+// summary; written beside and renamed, so a reader finds a whole document or none). Best effort.
+void WriteFinalProgress(const tessera::train::Trainer& trainer,
+                        const tessera::train::RankContext& rank) {
+  if (rank.rank != 0)
+    return;
+  const std::string progress = trainer.ProgressJson();
+  tessera::worker::WriteFinalProgressMessage(progress);
   const char* path = std::getenv("TESSERA_PROGRESS_FILE");
   if (path == nullptr || *path == '\0')
     return;
   const std::string temporary = std::string(path) + ".tmp";
   std::ofstream out(temporary, std::ios::trunc);
-  out << trainer.ProgressJson();
+  out << progress;
   out.close();
   if (!out || std::rename(temporary.c_str(), path) != 0)
     std::remove(temporary.c_str());
@@ -226,7 +232,7 @@ int RunRank(const std::string& config_path, const std::vector<std::string>& over
   std::signal(SIGINT, OnStopSignal);
   tessera::train::TrainResult result;
   const Status st = trainer->Run({}, &result);
-  WriteFinalProgress(*trainer);
+  WriteFinalProgress(*trainer, rank);
   std::signal(SIGTERM, SIG_DFL);
   std::signal(SIGINT, SIG_DFL);
   g_trainer = nullptr;

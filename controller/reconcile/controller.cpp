@@ -593,6 +593,16 @@ ReconcileOutcome Controller::Reconcile(const std::string& key) {
       detail = sample->detail;
     }
   }
+  // Worker 0's container has ended: its termination message holds rank 0's progress as it
+  // ended, later than any poll. (A pod of an older attempt holds its name until it is gone, so
+  // this is the newest report; lifecycle keeps the step of an attempt older than the job's.)
+  if (observed.final_progress) {
+    const ProgressSample final_sample =
+        SampleOf(observed.final_progress->progress, observed.final_progress->attempt);
+    observation.progress =
+        lifecycle::Observation::ProgressReport{final_sample.attempt, final_sample.step};
+    detail = final_sample.detail;
+  }
 
   const lifecycle::Policy policy = PolicyOf(view);
   lifecycle::Decision decision = lifecycle::Decide(policy, previous, observation, now);

@@ -169,7 +169,10 @@ ObservedWorkers ObserveWorkers(const std::vector<const Json*>& pods, const NodeL
     if (const Json* terminated = HasContainerStatuses(*pod) ? TerminatedState(*pod) : nullptr) {
       w.exit_code = IntegerAt(*terminated, "exitCode").value_or(0);
       w.reason = StringAt(*terminated, "reason");
-      w.message = StringAt(*terminated, "message");
+      api::TerminationMessage said = api::SplitTerminationMessage(StringAt(*terminated, "message"));
+      w.message = std::move(said.text);
+      if (said.progress && w.index == 0)
+        out.final_progress = ObservedWorkers::FinalProgress{w.attempt, std::move(*said.progress)};
       if (auto at = ParseTime(StringAt(*terminated, "finishedAt")))
         w.finished_at = at;
     }

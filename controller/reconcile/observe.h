@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "api/progress.h"
 #include "lifecycle/job_state.h"
 
 namespace tessera::reconcile {
@@ -52,6 +53,13 @@ struct ObservedWorkers {
   std::map<int64_t, const Json*> pods;
   // Soonest moment a worker on a NotReady node will count as lost; nullopt when none waits.
   std::optional<lifecycle::Duration> recheck_after;
+  // Rank 0's progress as it ended: the last line of worker 0's terminated message
+  // (api::SplitTerminationMessage), with the attempt of its pod; nullopt when there is none.
+  struct FinalProgress {
+    int64_t attempt = 0;
+    api::ProgressDocument progress;
+  };
+  std::optional<FinalProgress> final_progress;
 };
 
 // Maps `pods` (all of one job, any attempt) to lifecycle workers:
@@ -60,7 +68,8 @@ struct ObservedWorkers {
 //  - phase from status.phase; ready from the Ready condition;
 //  - exit code, reason, message and finish time from the `worker` container's terminated
 //    state (else any terminated container, the first with a non-zero code first); a failed
-//    pod without one takes status.reason/message (e.g. Evicted);
+//    pod without one takes status.reason/message (e.g. Evicted); a final progress line ends
+//    the message's text and, for worker 0, is final_progress;
 //  - deleting when metadata.deletionTimestamp is set;
 //  - node_lost for an unfinished pod whose node is gone, whose status.reason is NodeLost, whose
 //    phase is Unknown, or whose node has not been Ready for longer than the pod's

@@ -33,13 +33,17 @@ std::optional<ProgressSample> ParseProgress(const nlohmann::json& body, int64_t 
   const std::optional<api::ProgressDocument> p = api::DecodeProgress(body);
   if (!p)
     return std::nullopt;
+  return SampleOf(*p, attempt);
+}
+
+ProgressSample SampleOf(const api::ProgressDocument& progress, int64_t attempt) {
   ProgressSample s;
   s.attempt = attempt;
-  s.step = p->step;
-  s.detail.total_steps = p->total_steps;
-  s.detail.loss = p->loss;
-  s.detail.tokens_per_second = p->tokens_per_second;
-  s.detail.val_loss = p->val_loss;
+  s.step = progress.step;
+  s.detail.total_steps = progress.total_steps;
+  s.detail.loss = progress.loss;
+  s.detail.tokens_per_second = progress.tokens_per_second;
+  s.detail.val_loss = progress.val_loss;
   return s;
 }
 

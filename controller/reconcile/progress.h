@@ -17,6 +17,7 @@
 #include <string>
 #include <thread>
 
+#include "api/progress.h"
 #include "controller/reconcile/status.h"
 
 namespace tessera::reconcile {
@@ -32,6 +33,8 @@ struct ProgressSample {
 // The sample in the trainer's /progress JSON (api::DecodeProgress); nullopt when the body is
 // not a progress document.
 std::optional<ProgressSample> ParseProgress(const nlohmann::json& body, int64_t attempt);
+// The sample of a decoded document.
+ProgressSample SampleOf(const api::ProgressDocument& progress, int64_t attempt);
 
 // Fetches http://host:port/progress. Implementations must be thread-safe.
 class ProgressReader {

@@ -2,8 +2,8 @@
 # `kubectl apply` of a TrainingJob trains for real and ends Succeeded: tessera-controller
 # creates the gang, tessera-node-agent runs each pod's `tessera-worker agent` as a process, the
 # two ranks rendezvous through worker 0 and train data-parallel to the last step, the
-# controller reads rank 0's progress into the status, and both pods' logs end with the same
-# final step. Nothing here is simulated but the kubelet. Then a job the API accepts but the
+# controller reads rank 0's progress into the status (polled, then the final step from worker
+# 0's termination message), and both pods' logs end with the same final step. Nothing here is simulated but the kubelet. Then a job the API accepts but the
 # trainer cannot run (sequences whose attention alone needs terabytes) fails at once with
 # PermanentExitCode, and the rank's own one-line reason is in the job's status: written to the
 # container's termination message, carried by the pod's status to the controller.
@@ -23,6 +23,11 @@ wait_phase 240 gpt Succeeded
 
 expect_eq "True/Succeeded" "$(condition gpt Succeeded)" "Succeeded condition"
 expect_eq 200 "$(job_field gpt '{.status.progress.totalSteps}')" "totalSteps"
+# The step reached, whatever the last poll saw: rank 0's progress as it ended, from the last
+# line of worker 0's termination message.
+expect_eq 200 "$(job_field gpt '{.status.progress.step}')" "status.progress.step"
+said=$(kns get pod gpt-worker-0 -o jsonpath='{.status.containerStatuses[0].state.terminated.message}')
+[[ $said == 'final progress: {'*'"step":200,'* ]] || fail "worker 0's termination message: $said"
 expect_eq 0 "$(job_field gpt '{.status.restarts}')" "restarts"
 for i in 0 1; do
   worker_log "gpt-worker-$i" | grep -q "joined the world group: rank $i of 2" ||

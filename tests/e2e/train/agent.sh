@@ -20,14 +20,22 @@ YAML
 export TESSERA_RDZV_ENDPOINT=127.0.0.1:$port TESSERA_RDZV_TOKEN=agent-e2e TESSERA_COMM_HOST=127.0.0.1
 export WORLD_SIZE=2 TESSERA_NODE_RANK=0 TESSERA_PROCS_PER_NODE=2 TESSERA_MESH=data=2,pipeline=1,tensor=1
 
+: >"$WORK/termination-log"  # the kubelet's empty terminationMessagePath file
 rc=0
-"$WORKER" agent --config "$WORK/t.yaml" --threads 1 >"$WORK/train.txt" 2>&1 || rc=$?
+TESSERA_TERMINATION_MESSAGE_PATH=$WORK/termination-log \
+  "$WORKER" agent --config "$WORK/t.yaml" --threads 1 >"$WORK/train.txt" 2>&1 || rc=$?
 cat "$WORK/train.txt"
 [[ $rc == 0 ]] || fail "the agent exited $rc"
 [[ $(grep -c "started rank" "$WORK/train.txt") == 2 ]] || fail "want two ranks started"
 [[ $(grep -c "done: 30 steps" "$WORK/train.txt") == 2 ]] || fail "both ranks must finish"
 [[ -f $WORK/ckpt/step-30/meta.json ]] || fail "no final checkpoint"
 grep -q '"worldSize": 2' "$WORK/ckpt/step-30/meta.json" || fail "the checkpoint is not 2-rank"
+# The pod's termination message is rank 0's final progress alone (no failure): the controller
+# reads it into status.progress.
+progress=$(sed -n 's/^final progress: //p' "$WORK/termination-log")
+[[ $progress == *'"step":30,'* && $progress == *'"totalSteps":30,'* ]] ||
+  fail "termination message: '$(cat "$WORK/termination-log")'"
+[[ $(wc -l <"$WORK/termination-log") == 0 ]] || fail "more than the progress line"
 # Rank 0's store sees every rank's connections close, its own too, and ends without waiting.
 ! grep -q "still connected" "$WORK/train.txt" || fail "the store waited for connected ranks"
 

@@ -438,6 +438,60 @@ TEST(TerminationMessage, TheFirstMessageIsWrittenCutToWhatTheKubeletReads) {
   ::unsetenv("TESSERA_TERMINATION_MESSAGE_PATH");
 }
 
+// Rank 0's final progress is the message's last line whether it is written before or after a
+// failure's line (ranks and the agent share the file); a later progress line replaces it, a
+// later failure leaves the first.
+TEST(TerminationMessage, TheFinalProgressLineStaysLastBelowTheFirstFailure) {
+  const fs::path dir = fs::path(::testing::TempDir()) / "termination-progress";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const fs::path log = dir / "log";
+  ::setenv("TESSERA_TERMINATION_MESSAGE_PATH", log.c_str(), 1);
+  const std::string early = R"({"step":40,"totalSteps":100})";
+  const std::string late = R"({"step":41,"totalSteps":100})";
+
+  std::ofstream(log, std::ios::trunc).flush();
+  WriteTerminationMessage("loss is NaN at step 41");
+  WriteFinalProgressMessage(late);
+  EXPECT_EQ(ReadFile(log), "loss is NaN at step 41\nfinal progress: " + late);
+
+  std::ofstream(log, std::ios::trunc).flush();
+  WriteFinalProgressMessage(early);
+  EXPECT_EQ(ReadFile(log), "final progress: " + early);
+  WriteFinalProgressMessage(late);
+  EXPECT_EQ(ReadFile(log), "final progress: " + late);
+  WriteTerminationMessage("rank 1 exited with code 6");
+  WriteTerminationMessage("rank 0 was killed by signal 15 (Terminated)");
+  EXPECT_EQ(ReadFile(log), "rank 1 exited with code 6\nfinal progress: " + late);
+  ::unsetenv("TESSERA_TERMINATION_MESSAGE_PATH");
+}
+
+// A long failure is cut, between characters, to leave room for the progress line within the
+// 4096 bytes the kubelet reads.
+TEST(TerminationMessage, ALongFailureIsCutToKeepTheProgressLine) {
+  const fs::path dir = fs::path(::testing::TempDir()) / "termination-long";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const fs::path log = dir / "log";
+  ::setenv("TESSERA_TERMINATION_MESSAGE_PATH", log.c_str(), 1);
+  std::string long_failure;
+  while (long_failure.size() < 5000)
+    long_failure += "\xc3\xa9";  // é, two bytes
+  const std::string progress = R"({"step":7})";
+  WriteTerminationMessage(long_failure);
+  WriteFinalProgressMessage(progress);
+  const std::string message = ReadFile(log);
+  EXPECT_LE(message.size(), 4096u);
+  const std::string line = "\nfinal progress: " + progress;
+  ASSERT_GE(message.size(), line.size());
+  EXPECT_EQ(message.substr(message.size() - line.size()), line);
+  const std::string kept = message.substr(0, message.size() - line.size());
+  EXPECT_EQ(kept.size() % 2, 0u) << "a character was cut in two";
+  EXPECT_EQ(kept, long_failure.substr(0, kept.size()));
+  EXPECT_GE(kept.size(), 4096u - line.size() - 1);
+  ::unsetenv("TESSERA_TERMINATION_MESSAGE_PATH");
+}
+
 // A process name may hold ") ": the state is read after the last ')' of /proc/<pid>/stat.
 TEST(KernelState, ASleepingProcessIsInStateSWhateverItsName) {
   int ready[2];

@@ -81,5 +81,54 @@ TEST(ProgressDocument, MistypedOptionalFieldsReadAsUnknown) {
   EXPECT_EQ(p->updated_at, "");
 }
 
+// The final progress line of a termination message (the worker writes it, the controller
+// reads it): taken apart from the failure's text only when it is the last line and decodes.
+TEST(TerminationMessage, SplitsOffAFinalProgressLine) {
+  const std::string doc = R"({"step":40,"totalSteps":100,"loss":2.5})";
+  TerminationMessage both = SplitTerminationMessage("loss is NaN\nfinal progress: " + doc);
+  EXPECT_EQ(both.text, "loss is NaN");
+  EXPECT_EQ(both.progress_json, doc);
+  ASSERT_TRUE(both.progress.has_value());
+  EXPECT_EQ(both.progress->step, 40);
+  EXPECT_EQ(both.progress->total_steps, 100);
+
+  TerminationMessage alone = SplitTerminationMessage("final progress: " + doc);
+  EXPECT_EQ(alone.text, "");
+  ASSERT_TRUE(alone.progress.has_value());
+  EXPECT_EQ(alone.progress->step, 40);
+
+  for (const std::string& other :
+       {std::string("rank 1 exited with code 4"), "final progress: " + doc + "\nthen this",
+        std::string("a\nfinal progress: {\"step\": -1}"), std::string("a\nfinal progress: [1]"),
+        std::string("progress: ") + doc, std::string("")}) {
+    TerminationMessage m = SplitTerminationMessage(other);
+    EXPECT_EQ(m.text, other);
+    EXPECT_FALSE(m.progress.has_value()) << other;
+    EXPECT_EQ(m.progress_json, "") << other;
+  }
+}
+
+TEST(TerminationMessage, JoinKeepsTheProgressLineWithinTheLimit) {
+  const std::string doc = R"({"step":3})";
+  EXPECT_EQ(JoinTerminationMessage("failed", doc, 4096), "failed\nfinal progress: " + doc);
+  EXPECT_EQ(JoinTerminationMessage("", doc, 4096), "final progress: " + doc);
+  EXPECT_EQ(JoinTerminationMessage("failed", "", 4096), "failed");
+  EXPECT_EQ(JoinTerminationMessage("failed", "", 3), "fai");
+  // Room for the line and two bytes of the text, not three.
+  const size_t line = std::string("final progress: ").size() + doc.size();
+  EXPECT_EQ(JoinTerminationMessage("failed", doc, line + 3), "fa\nfinal progress: " + doc);
+  EXPECT_EQ(JoinTerminationMessage("failed", doc, line + 1), "final progress: " + doc);
+  EXPECT_EQ(JoinTerminationMessage("failed", doc, line), "final progress: " + doc);
+  // A line that cannot fit is left out rather than cut (a cut one would not decode).
+  EXPECT_EQ(JoinTerminationMessage("failed", doc, line - 1), "failed");
+  // Cut between characters: "é" is two bytes.
+  EXPECT_EQ(JoinTerminationMessage("\xc3\xa9\xc3\xa9", doc, line + 4),
+            "\xc3\xa9\nfinal progress: " + doc);
+  const TerminationMessage round =
+      SplitTerminationMessage(JoinTerminationMessage("x\ny", doc, 4096));
+  EXPECT_EQ(round.text, "x\ny");
+  EXPECT_EQ(round.progress_json, doc);
+}
+
 }  // namespace
 }  // namespace tessera::api

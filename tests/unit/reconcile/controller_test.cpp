@@ -281,7 +281,8 @@ class ControllerTest : public ::testing::Test {
   }
 
   // Plays the kubelet: sets the phase (and a terminated worker container) of a pod.
-  void SetPodPhase(const std::string& name, const std::string& phase, int exit_code = 0) {
+  void SetPodPhase(const std::string& name, const std::string& phase, int exit_code = 0,
+                   const std::string& message = "") {
     auto pod = client_.Get(k8s::Pods("ml").Named(name));
     ASSERT_TRUE(pod.ok());
     Json p = *pod;
@@ -294,6 +295,8 @@ class ControllerTest : public ::testing::Test {
             {"state",
              {{"terminated",
                {{"exitCode", exit_code}, {"reason", exit_code ? "Error" : "Completed"}}}}}}});
+      if (!message.empty())
+        p["status"]["containerStatuses"][0]["state"]["terminated"]["message"] = message;
     }
     ASSERT_TRUE(client_.UpdateStatus(k8s::Pods("ml").Named(name), p).ok());
   }
@@ -753,6 +756,51 @@ TEST_F(ControllerTest, ProgressIsReadFromRankZeroWhileTheAttemptRuns) {
   SetPodPhase("gpt-worker-1", "Failed", 1);
   ASSERT_TRUE(ReconcileUntil("ml/gpt", [&] { return Status("gpt").value("restarts", 0) == 1; }));
   EXPECT_EQ(poller_->Targets(), 0u);
+}
+
+// Worker 0's termination message ends with rank 0's progress as it ended: that is the job's
+// progress once the pod has ended, not the last poll (at step 12 here), whether the job
+// succeeded or the attempt failed, and the line is not part of lastFailure's message.
+TEST_F(ControllerTest, RankZerosFinalProgressIsTheProgressOnceItsPodHasEnded) {
+  ASSERT_NO_FATAL_FAILURE(StartController(ControllerOptions{}, /*progress=*/true));
+  progress_.body = Json{{"step", 12}, {"totalSteps", 100}, {"loss", 2.5}};
+  ASSERT_NO_FATAL_FAILURE(RunJob("gpt", 2));
+  poller_->PollOnce();
+  ASSERT_TRUE(ReconcileUntil("ml/gpt", [&] {
+    return Status("gpt").value("progress", Json::object()).value("step", 0) == 12;
+  }));
+
+  SetPodPhase("gpt-worker-0", "Failed", 5,
+              "loss is NaN at step 40: lower optimizer.lr\n"
+              R"(final progress: {"step":40,"totalSteps":100,"loss":9.5,"valLoss":null})");
+  ASSERT_TRUE(ReconcileUntil("ml/gpt", [&] { return Status("gpt").value("restarts", 0) == 1; }));
+  Json status = Status("gpt");
+  EXPECT_EQ(status["progress"]["step"], 40);
+  EXPECT_EQ(status["progress"]["attempt"], 0);
+  EXPECT_EQ(status["progress"]["loss"], 9.5);
+  const std::string failure = status["lastFailure"]["message"];
+  EXPECT_NE(failure.find("(Error: loss is NaN at step 40: lower optimizer.lr)"), std::string::npos)
+      << failure;
+  EXPECT_EQ(failure.find("final progress"), std::string::npos) << failure;
+
+  ASSERT_TRUE(ReconcileUntil("ml/gpt", [&] {
+    auto pods = Pods();
+    return pods.size() == 2 && std::all_of(pods.begin(), pods.end(), [](const Json& p) {
+             return p["metadata"]["labels"]["tessera.dev/attempt"] == "1";
+           });
+  }));
+  SetPodPhase("gpt-worker-0", "Running");
+  SetPodPhase("gpt-worker-1", "Running");
+  ASSERT_TRUE(ReconcileUntil("ml/gpt", [&] { return Phase("gpt") == "Running"; }));
+  SetPodPhase("gpt-worker-1", "Succeeded");
+  SetPodPhase("gpt-worker-0", "Succeeded", 0,
+              R"(final progress: {"step":100,"totalSteps":100,"loss":1.25,"valLoss":1.5})");
+  ASSERT_TRUE(ReconcileUntil("ml/gpt", [&] { return Phase("gpt") == "Succeeded"; }));
+  status = Status("gpt");
+  EXPECT_EQ(status["progress"]["step"], 100);
+  EXPECT_EQ(status["progress"]["attempt"], 1);
+  EXPECT_EQ(status["progress"]["loss"], 1.25);
+  EXPECT_EQ(status["progress"]["valLoss"], 1.5);
 }
 
 // A job deleted, or on its way out, is no longer polled.

@@ -106,6 +106,34 @@ TEST(ObserveWorkers, ExitCodeFromTheWorkerContainer) {
   }
 }
 
+// Rank 0's final progress ends worker 0's terminated message: it is taken apart from the
+// message (which lastFailure and events quote) and kept with the pod's attempt; another
+// worker's line is only taken out of its message.
+TEST(ObserveWorkers, WorkerZerosFinalProgressComesOutOfItsMessage) {
+  auto with_message = [](int index, const std::string& message) {
+    Json container = Terminated("worker", 5);
+    container["state"]["terminated"]["message"] = message;
+    return Pod(index, 3, "Failed", {{"containerStatuses", Json::array({container})}});
+  };
+  const Json zero =
+      with_message(0, "loss is NaN at step 41\nfinal progress: {\"step\":41,\"loss\":7.5}");
+  const Json one = with_message(1, "final progress: {\"step\":9}");
+  const Json node = Node("True", "2026-03-01T10:00:00Z");
+  const ObservedWorkers o = ObserveWorkers(
+      {&zero, &one}, [&](const std::string&) -> const Json* { return &node; }, kNow);
+  ASSERT_EQ(o.workers.size(), 2u);
+  EXPECT_EQ(o.workers[0].message, "loss is NaN at step 41");
+  EXPECT_EQ(o.workers[1].message, "");
+  ASSERT_TRUE(o.final_progress.has_value());
+  EXPECT_EQ(o.final_progress->attempt, 3);
+  EXPECT_EQ(o.final_progress->progress.step, 41);
+  EXPECT_EQ(o.final_progress->progress.loss, 7.5);
+
+  const ObservedWorkers without = ObserveWorkers(
+      {&one}, [&](const std::string&) -> const Json* { return &node; }, kNow);
+  EXPECT_FALSE(without.final_progress.has_value());
+}
+
 TEST(ObserveWorkers, FailedPodWithoutContainersTakesThePodReason) {
   lifecycle::Worker w =
       One(Pod(0, 0, "Failed", {{"reason", "Evicted"}, {"message", "low on memory"}}));
