@@ -13,6 +13,9 @@
 namespace tessera::cli {
 namespace {
 
+// A YAML file nests a few hundred levels at most; a job's paths need far fewer steps.
+constexpr size_t kMaxPathSteps = 100;
+
 using Step = std::variant<std::string, size_t>;  // an object key or a list index
 
 // Splits `a.b[2].c` into steps; empty result on a syntax error (*error says which).
@@ -42,19 +45,26 @@ std::vector<Step> ParsePath(const std::string& path, std::string* error) {
       }
       steps.emplace_back(index);
       i = close + 1;
-      if (i < path.size() && path[i] == '.')
-        ++i;
-      continue;
+      if (i < path.size() && path[i] != '.' && path[i] != '[') {
+        *error = "expected '.' or '[' after ']'";
+        return {};
+      }
+    } else {
+      size_t end = i;
+      while (end < path.size() && path[end] != '.' && path[end] != '[')
+        ++end;
+      if (end == i) {
+        *error = "empty field name";
+        return {};
+      }
+      steps.emplace_back(path.substr(i, end - i));
+      i = end;
     }
-    size_t end = i;
-    while (end < path.size() && path[end] != '.' && path[end] != '[')
-      ++end;
-    if (end == i) {
-      *error = "empty field name";
+    // Deeper, a job could nest beyond what checking it can recurse into (stack overflow).
+    if (steps.size() > kMaxPathSteps) {
+      *error = fmt::format("the path has more than {} steps", kMaxPathSteps);
       return {};
     }
-    steps.emplace_back(path.substr(i, end - i));
-    i = end;
     if (i < path.size() && path[i] == '.') {
       ++i;
       if (i == path.size()) {
@@ -100,6 +110,10 @@ std::string ApplySetOverride(const std::string& assignment, nlohmann::json* docu
     const api::ParsedYaml parsed = api::ParseYaml(value_text);
     if (!parsed.ok())
       return where + ": the value is not valid YAML: " + parsed.error;
+    if (parsed.documents.size() > 1) {
+      return fmt::format("{}: the value holds {} YAML documents; give one", where,
+                         parsed.documents.size());
+    }
     value = parsed.documents.empty() ? nlohmann::json(nullptr) : parsed.documents.front();
   }
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -97,6 +98,60 @@ TEST_F(JobFileTest, SetsApplyInOrderAndARefusedOneStops) {
             std::string::npos);
 }
 
+// A file that cannot be read or is not YAML is the command's one line, naming the file.
+TEST_F(JobFileTest, UnreadableOrMalformedFileIsOneLineNamingIt) {
+  const std::string missing = (dir_ / "no-such.yaml").string();
+  api::TrainingJob job;
+  testing::internal::CaptureStderr();
+  EXPECT_FALSE(LoadJobFile("tessera run", missing, {}, &job));
+  EXPECT_EQ(testing::internal::GetCapturedStderr(),
+            "tessera run: " + missing + ": cannot read the file: No such file or directory\n");
+  const std::string bad = Write("spec: [1, 2\n");
+  testing::internal::CaptureStderr();
+  EXPECT_FALSE(LoadJobFile("tessera run", bad, {}, &job));
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(err.rfind("tessera run: " + bad + ": not valid YAML: line 2, column 1: ", 0), 0u)
+      << err;
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+}
+
+// An error of the whole document (it is not an object) names "(document)", not an empty path.
+TEST_F(JobFileTest, ADocumentThatIsNotAnObjectIsNamedAsTheDocument) {
+  const std::string file = Write("- 1\n- 2\n");
+  api::TrainingJob job;
+  testing::internal::CaptureStderr();
+  EXPECT_FALSE(LoadJobFile("tessera plan", file, {}, &job));
+  EXPECT_EQ(testing::internal::GetCapturedStderr(),
+            file + ": (document): must be object, not array\n");
+}
+
+// The job comes back with the defaults that depend on other fields filled in.
+TEST_F(JobFileTest, TheJobHasItsDefaultsApplied) {
+  const std::string file = Write(kJob);
+  api::TrainingJob job;
+  ASSERT_TRUE(LoadJobFile("tessera run", file, {"spec.workers=2"}, &job));
+  EXPECT_EQ(job.spec.procs_per_worker, std::optional<int64_t>(1));
+  EXPECT_EQ(job.spec.parallelism.data, std::optional<int64_t>(2));
+  ASSERT_TRUE(job.spec.trainer.has_value());
+  EXPECT_EQ(job.spec.trainer->model.vocab, std::optional<int64_t>(256));
+}
+
+// A --set path 20000 fields deep once nested the job so deeply that checking it overflowed the
+// stack (a segmentation fault); it is one line and a refusal.
+TEST_F(JobFileTest, AnOverrideNestedTooDeeplyIsOneLineNotACrash) {
+  const std::string file = Write(kJob);
+  std::string deep = "template";
+  for (int i = 0; i < 20000; ++i)
+    deep += ".a";
+  api::TrainingJob job;
+  testing::internal::CaptureStderr();
+  EXPECT_FALSE(LoadJobFile("tessera run", file, {deep + "=1"}, &job));
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(err.rfind("tessera run: --set template.a.a.", 0), 0u) << err.substr(0, 80);
+  EXPECT_NE(err.find(": the path has more than 100 steps\n"), std::string::npos);
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1);
+}
+
 // A job whose pod template has these containers (JSON text).
 api::TrainingJob WithContainers(const std::string& containers) {
   api::TrainingJob job;
@@ -113,6 +168,15 @@ TEST(WorkerCommand, TheContainerNamedWorker) {
   EXPECT_EQ(WorkerCommand(job, &container),
             (std::vector<std::string>{"python3", "-u", "train.py", "3"}));
   EXPECT_EQ(container["image"], "x");
+}
+
+TEST(WorkerCommand, TheWorkerIsFoundFirstOrAfterEntriesThatAreNotContainers) {
+  EXPECT_EQ(WorkerContainerIndex(WithContainers(R"([{"name": "worker", "command": ["a"]}])")),
+            std::optional<size_t>(0));
+  const api::TrainingJob job = WithContainers(R"(["x", 3, {"name": "worker", "command": ["b"]}])");
+  EXPECT_EQ(WorkerContainerIndex(job), std::optional<size_t>(2));
+  nlohmann::json container;
+  EXPECT_EQ(WorkerCommand(job, &container), std::vector<std::string>{"b"});
 }
 
 TEST(WorkerCommand, NoCommandIsTheBuiltinTrainer) {

@@ -47,12 +47,24 @@ INSTANTIATE_TEST_SUITE_P(
         SetCase{"kind=Other", "/kind", "Other"}, SetCase{"apiVersion=v2", "/apiVersion", "v2"},
         SetCase{"spec.trainer.tags[0]=a", "/spec/trainer/tags", json::array({"a"})},  // a new list
         SetCase{"spec.template.spec.containers[0].args[0]=x",
-                "/spec/template/spec/containers/0/args", json::array({"x"})}));
+                "/spec/template/spec/containers/0/args", json::array({"x"})},
+        // null (or nothing but a comment) unsets the field, so its default applies.
+        SetCase{"spec.workers=null", "/spec/workers", nullptr},
+        SetCase{"spec.workers=# none", "/spec/workers", nullptr},
+        SetCase{"template.x[0][0]=1", "/spec/template/x", json::array({json::array({1})})}));
 
 struct BadCase {
   std::string assignment;
   std::string message_part;
 };
+
+// template.a.a...a: a path of `steps` steps, the first of them `template`.
+std::string DeepPath(int steps) {
+  std::string path = "template";
+  for (int i = 1; i < steps; ++i)
+    path += ".a";
+  return path;
+}
 
 class SetOverrideErrorTest : public testing::TestWithParam<BadCase> {};
 
@@ -78,7 +90,26 @@ INSTANTIATE_TEST_SUITE_P(
                     BadCase{"spec.template.spec.containers[18446744073709551616].name=a",
                             "index '18446744073709551616' is too large"},
                     BadCase{"[0]=1", "--set [0]=1: spec[0] indexes a value that is not a list"},
-                    BadCase{"spec.workers.count=1", "not an object"},
+                    BadCase{"spec.workers.count=1",
+                            "--set spec.workers.count=1: spec.workers.count is inside a value "
+                            "that is not an object"},
+                    BadCase{"spec.template.spec.containers[2].name=a",
+                            "--set spec.template.spec.containers[2].name=a: "
+                            "spec.template.spec.containers[2] is past the end of a list of 1"},
+                    BadCase{"spec.template.spec.containers[18446744073709551615].name=a",
+                            "past the end of a list of 1"},
+                    // Objects and lists created on the way are not left behind.
+                    BadCase{"spec.trainer.extra.tags[1]=a", "past the end of a list of 0"},
+                    // Path syntax the parser once read loosely: as containers[0].name, and as
+                    // containers[0] (replacing the whole container).
+                    BadCase{"spec.template.spec.containers[0]name=a",
+                            "--set spec.template.spec.containers[0]name=a: expected '.' or '[' "
+                            "after ']'"},
+                    BadCase{"spec.template.spec.containers[0].=a", "path ends with '.'"},
+                    // Once silently kept the first document and dropped the rest.
+                    BadCase{"spec.workers=1\n---\n2", "the value holds 2 YAML documents"},
+                    // Once nested the job so deeply that checking it overflowed the stack.
+                    BadCase{DeepPath(101) + "=1", "the path has more than 100 steps"},
                     BadCase{"spec.trainer[0]=1", "not a list"},
                     BadCase{"spec.workers=[1, 2", "not valid YAML"},
                     // A key the schema does not check (the pod template) reached the job's JSON,
@@ -86,6 +117,15 @@ INSTANTIATE_TEST_SUITE_P(
                     BadCase{"template.spec.x\xFFy=1",
                             "--set template.spec.x...: byte 16 (0xFF) is not UTF-8 text"},
                     BadCase{"spec.trainer.data.path=a\xC3", "byte 25 (0xC3) is not UTF-8 text"}));
+
+TEST(SetOverride, APathOfAHundredStepsApplies) {
+  json doc = Job();
+  ASSERT_EQ(ApplySetOverride(DeepPath(100) + "=1", &doc), "");
+  std::string pointer = "/spec/template";
+  for (int i = 1; i < 100; ++i)
+    pointer += "/a";
+  EXPECT_EQ(doc.at(json::json_pointer(pointer)), 1);
+}
 
 }  // namespace
 }  // namespace tessera::cli
