@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <functional>
 
@@ -27,23 +28,32 @@ void Update(
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0)
     return;
-  if (::flock(fd, LOCK_EX) == 0) {
-    std::string current;
-    char buffer[4096];
-    ssize_t n;
-    while ((n = ::read(fd, buffer, sizeof buffer)) > 0)
+  // A filesystem that cannot lock still gets the message, unlocked.
+  (void)::flock(fd, LOCK_EX);
+  std::string current;
+  char buffer[4096];
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n > 0) {
       current.append(buffer, static_cast<size_t>(n));
-    if (std::optional<std::string> next = change(api::SplitTerminationMessage(current))) {
-      if (::ftruncate(fd, 0) == 0) {
-        size_t written = 0;
-        while (written < next->size()) {
-          const ssize_t w = ::pwrite(fd, next->data() + written, next->size() - written,
-                                     static_cast<off_t>(written));
-          if (w <= 0)
-            break;
-          written += static_cast<size_t>(w);
-        }
-      }
+    } else if (n == 0) {
+      break;
+    } else if (errno != EINTR) {
+      ::close(fd);  // what is there could not be read: rewriting it could lose it
+      return;
+    }
+  }
+  if (std::optional<std::string> next = change(api::SplitTerminationMessage(current));
+      next && ::ftruncate(fd, 0) == 0) {
+    size_t written = 0;
+    while (written < next->size()) {
+      const ssize_t w =
+          ::pwrite(fd, next->data() + written, next->size() - written, static_cast<off_t>(written));
+      if (w < 0 && errno == EINTR)
+        continue;
+      if (w <= 0)
+        break;
+      written += static_cast<size_t>(w);
     }
   }
   ::close(fd);  // releases the lock

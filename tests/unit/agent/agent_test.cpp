@@ -466,6 +466,46 @@ TEST(TerminationMessage, TheFinalProgressLineStaysLastBelowTheFirstFailure) {
   ::unsetenv("TESSERA_TERMINATION_MESSAGE_PATH");
 }
 
+// Ranks and the agent write at once (a failing rank, rank 0's progress, the agent's own line):
+// whatever the order, the file ends as one failure's line above the progress line.
+TEST(TerminationMessage, WritersAtOnceLoseNeitherTheFailureNorTheProgress) {
+  const fs::path dir = fs::path(::testing::TempDir()) / "termination-race";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const fs::path log = dir / "log";
+  ::setenv("TESSERA_TERMINATION_MESSAGE_PATH", log.c_str(), 1);
+  const std::string progress = R"({"step":12})";
+  const std::regex whole("rank [0-3] exited with code 4\nfinal progress: \\{\"step\":12\\}");
+  for (int round = 0; round < 20; ++round) {
+    std::ofstream(log, std::ios::trunc).flush();
+    int go[2];
+    ASSERT_EQ(::pipe(go), 0);
+    std::vector<pid_t> writers;
+    for (int w = 0; w < 5; ++w) {
+      const pid_t pid = ::fork();
+      ASSERT_GE(pid, 0);
+      if (pid == 0) {
+        ::close(go[1]);
+        char c;
+        (void)!::read(go[0], &c, 1);  // all start together, when the pipe closes
+        if (w == 4)
+          WriteFinalProgressMessage(progress);
+        else
+          WriteTerminationMessage("rank " + std::to_string(w) + " exited with code 4");
+        ::_exit(0);
+      }
+      writers.push_back(pid);
+    }
+    ::close(go[0]);
+    ::close(go[1]);
+    for (pid_t pid : writers)
+      ASSERT_EQ(::waitpid(pid, nullptr, 0), pid);
+    const std::string message = ReadFile(log);
+    EXPECT_TRUE(std::regex_match(message, whole)) << "round " << round << ": " << message;
+  }
+  ::unsetenv("TESSERA_TERMINATION_MESSAGE_PATH");
+}
+
 // A long failure is cut, between characters, to leave room for the progress line within the
 // 4096 bytes the kubelet reads.
 TEST(TerminationMessage, ALongFailureIsCutToKeepTheProgressLine) {
