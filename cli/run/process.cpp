@@ -70,6 +70,8 @@ pid_t StartProcessGroup(const ProcessSpec& spec, std::string* error) {
     if (spec.in_child_after_fork)
       spec.in_child_after_fork();
     ::setpgid(0, 0);
+    if (spec.inherited_fd >= 0)
+      ::fcntl(spec.inherited_fd, F_SETFD, 0);  // no FD_CLOEXEC: kept across exec
     ::prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (::getppid() != parent)
       ::_exit(128 + SIGTERM);  // the runner died before prctl took effect

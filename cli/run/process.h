@@ -18,6 +18,10 @@ struct ProcessSpec {
   // Added to (and overriding) the runner's own environment.
   std::vector<std::pair<std::string, std::string>> env;
   std::string log_path;  // stdout and stderr are appended here; stdin is /dev/null
+  // A descriptor of the runner's that the process keeps open across exec (-1: none): the run
+  // directory's lock, so that a runner killed with SIGKILL leaves the directory locked until
+  // its orphaned ranks, still checkpointing, have exited.
+  int inherited_fd = -1;
   // Tests only: runs in the new process just after fork, while it still has the runner's
   // signal handlers (a SIGTERM raised there must still stop it, not be lost).
   std::function<void()> in_child_after_fork;

@@ -192,7 +192,8 @@ class LocalRun {
  public:
   LocalRun(const RunOptions& options, api::TrainingJob job,
            std::optional<train::TrainerConfig> trainer, std::vector<std::string> byo_command,
-           nlohmann::json container, fs::path run_dir, std::string worker_binary)
+           nlohmann::json container, fs::path run_dir, std::string worker_binary,
+           int run_dir_lock_fd)
       : options_(options),
         job_(std::move(job)),
         trainer_(std::move(trainer)),
@@ -200,6 +201,7 @@ class LocalRun {
         container_(std::move(container)),
         run_dir_(std::move(run_dir)),
         worker_binary_(std::move(worker_binary)),
+        run_dir_lock_fd_(run_dir_lock_fd),
         policy_(lifecycle::PolicyFromJob(job_)),
         procs_per_worker_(api::EffectiveProcsPerWorker(job_.spec)),
         tty_(::isatty(STDERR_FILENO) == 1) {}
@@ -245,6 +247,7 @@ class LocalRun {
   nlohmann::json container_;
   fs::path run_dir_;
   std::string worker_binary_;
+  int run_dir_lock_fd_;  // every rank holds it too (ProcessSpec::inherited_fd)
   lifecycle::Policy policy_;
   int64_t procs_per_worker_;
   int gpus_ = LocalGpuCount();
@@ -312,9 +315,10 @@ void LocalRun::Reap() {
         checkpoint_advice_given_ = true;
         Say(fmt::format(
             "tessera run: exit code 3: a checkpoint in {} is corrupt or from another job or "
-            "configuration; locally that directory replaces the job's checkpoint.dir, so run "
-            "without --resume to start afresh (its checkpoints are removed), or pass another "
-            "--workdir to keep them",
+            "configuration; a corrupt one: move the step directory a rank's line names aside "
+            "and run with --resume again to continue from an older one; another configuration: "
+            "locally that directory replaces the job's checkpoint.dir, so run without --resume to "
+            "start afresh (its checkpoints are removed), or pass another --workdir to keep them",
             trainer_->checkpoint.dir));
       }
       // The agent's rule (DESIGN.md §3): one rank down stops the worker's other ranks.
@@ -485,6 +489,7 @@ void LocalRun::CreateWorkers(const lifecycle::CreateWorkers& create) {
         spec.argv = byo_command_;
       }
       spec.log_path = r.log_path;
+      spec.inherited_fd = run_dir_lock_fd_;
       {
         std::ofstream log(r.log_path, std::ios::app);
         log << fmt::format("==== tessera run: attempt {}, worker {}, rank {} ====\n",
@@ -1008,12 +1013,14 @@ int RunJob(const RunOptions& options) {
   fs::create_directories(run_dir / "logs", ec);
   if (ec)
     return BadConfig(run_dir.string() + ": cannot create the run directory: " + ec.message());
-  // One `tessera run` per run directory at a time; the lock goes with the process.
+  // One `tessera run` per run directory at a time. The lock goes with the process and with the
+  // ranks it starts, which inherit it: a runner killed by SIGKILL leaves ranks that checkpoint
+  // and stop (PR_SET_PDEATHSIG), and a second run must not start on the directory meanwhile.
   const int lock_fd = ::open((run_dir / ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (lock_fd < 0 || ::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
     return BadConfig(run_dir.string() +
-                     ": another tessera run is using this run directory; wait for it or pass "
-                     "--workdir");
+                     ": another tessera run is using this run directory (or the ranks of one "
+                     "that was killed are still checkpointing); wait for it or pass --workdir");
   }
   if (!options.resume) {
     fs::remove_all(run_dir / "checkpoints", ec);
@@ -1043,7 +1050,7 @@ int RunJob(const RunOptions& options) {
 
   BecomeSubreaper();
   LocalRun run(options, std::move(job), std::move(trainer), byo, std::move(container), run_dir,
-               worker_binary);
+               worker_binary, lock_fd);
   const int rc = run.Run();
 
   ::sigaction(SIGINT, &old_int, nullptr);

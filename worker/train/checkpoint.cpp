@@ -1,6 +1,7 @@
 #include "worker/train/checkpoint.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -9,8 +10,6 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <utility>
@@ -78,6 +77,39 @@ std::string WriteFileSynced(const fs::path& path, std::span<const std::byte> byt
   if (::close(fd) != 0)
     return std::strerror(errno);
   return "";
+}
+
+// Reads the whole file at `path` into *out; returns the error text or "". A failing read (EIO
+// on a bad disk, EISDIR) is reported, never thrown.
+std::string ReadWholeFile(const fs::path& path, std::string* out) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return std::strerror(errno);
+  out->clear();
+  if (struct stat st{}; ::fstat(fd, &st) == 0 && st.st_size > 0)
+    out->reserve(static_cast<size_t>(st.st_size));
+  char buffer[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer, sizeof(buffer));
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      const std::string err = std::strerror(errno);
+      ::close(fd);
+      return err;
+    }
+    if (n == 0)
+      break;
+    out->append(buffer, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return "";
+}
+
+// The advice that ends every refusal of a damaged checkpoint: the older checkpoints are still
+// good, so starting afresh (which deletes them) is not what to do.
+std::string MoveAside(const fs::path& step_dir) {
+  return fmt::format("; move {} aside to resume from an older one", step_dir.string());
 }
 
 void SyncDirectory(const fs::path& dir) {
@@ -348,7 +380,9 @@ std::vector<int64_t> CheckpointStore::CompleteSteps() const {
   std::vector<int64_t> steps;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(root_, ec)) {
-    if (!entry.is_directory())
+    // A symbolic link loop (ELOOP) is, like a dangling link, not a checkpoint.
+    std::error_code type_ec;
+    if (!entry.is_directory(type_ec))
       continue;
     if (auto step = ParseStepName(entry.path().filename().string()))
       steps.push_back(*step);
@@ -367,59 +401,61 @@ std::optional<int64_t> CheckpointStore::NewestComplete() const {
 Status CheckpointStore::Prune(int keep) {
   const std::vector<int64_t> steps = CompleteSteps();
   std::error_code ec;
+  Status failed;
   for (size_t i = 0; i + static_cast<size_t>(std::max(keep, 1)) < steps.size(); ++i) {
     fs::remove_all(StepDir(steps[i]), ec);
-    if (ec)
-      return IoError(fmt::format("{}: cannot delete: {}", StepDir(steps[i]), ec.message()));
+    if (ec && failed.ok())
+      failed = IoError(fmt::format("{}: cannot delete: {}", StepDir(steps[i]), ec.message()));
   }
   if (steps.empty())
-    return Status::Ok();
+    return failed;
   for (const auto& entry : fs::directory_iterator(root_, ec)) {
     auto tmp_step = ParseTmpName(entry.path().filename().string());
     if (tmp_step && *tmp_step <= steps.back())
       fs::remove_all(entry.path(), ec);
   }
-  return Status::Ok();
+  return failed;
 }
 
 Status CheckpointStore::ReadMeta(int64_t step, CheckpointMeta* out) const {
   const fs::path dir = StepDir(step);
   const fs::path path = dir / kMetaFile;
-  std::ifstream in(path);
-  if (!in) {
-    return CheckpointRefused(fmt::format(
-        "{}: missing or unreadable, so the checkpoint is damaged; move {} aside to resume from "
-        "an older one",
-        path.string(), dir.string()));
+  std::string text;
+  if (const std::string err = ReadWholeFile(path, &text); !err.empty()) {
+    return CheckpointRefused(
+        fmt::format("{}: missing or unreadable ({}), so the checkpoint is damaged{}", path.string(),
+                    err, MoveAside(dir)));
   }
   CheckpointMeta meta;
   try {
-    MetaFromJson(nlohmann::json::parse(in), &meta);
+    MetaFromJson(nlohmann::json::parse(text), &meta);
   } catch (const nlohmann::json::exception& e) {
-    return CheckpointRefused(
-        fmt::format("{}: not a valid checkpoint description: {}", path.string(), e.what()));
+    return CheckpointRefused(fmt::format("{}: not a valid checkpoint description: {}{}",
+                                         path.string(), e.what(), MoveAside(dir)));
   } catch (const std::invalid_argument& e) {  // IntegerAt
-    return CheckpointRefused(
-        fmt::format("{}: not a valid checkpoint description: {}", path.string(), e.what()));
+    return CheckpointRefused(fmt::format("{}: not a valid checkpoint description: {}{}",
+                                         path.string(), e.what(), MoveAside(dir)));
   }
   if (meta.format != 1) {
-    return CheckpointRefused(fmt::format("{}: format {} is not supported (this build reads 1)",
-                                         path.string(), meta.format));
+    return CheckpointRefused(
+        fmt::format("{}: format {} is not supported (this build reads 1); use a newer build{}",
+                    path.string(), meta.format, MoveAside(dir)));
   }
   if (meta.step != step) {
-    return CheckpointRefused(fmt::format("{}: records step {} but the directory is step-{}",
-                                         path.string(), meta.step, step));
+    return CheckpointRefused(fmt::format("{}: records step {} but the directory is step-{}{}",
+                                         path.string(), meta.step, step, MoveAside(dir)));
   }
   for (const CheckpointFile& f : meta.files) {
     const fs::path file = dir / f.name;
     std::error_code ec;
     const auto size = fs::file_size(file, ec);
     if (ec) {
-      return CheckpointRefused(fmt::format("{}: listed in meta.json but missing", file.string()));
+      return CheckpointRefused(fmt::format("{}: listed in meta.json but missing ({}){}",
+                                           file.string(), ec.message(), MoveAside(dir)));
     }
     if (static_cast<int64_t>(size) != f.bytes) {
-      return CheckpointRefused(
-          fmt::format("{}: {} bytes, meta.json records {}", file.string(), size, f.bytes));
+      return CheckpointRefused(fmt::format("{}: {} bytes, meta.json records {}{}", file.string(),
+                                           size, f.bytes, MoveAside(dir)));
     }
   }
   *out = std::move(meta);
@@ -430,24 +466,26 @@ Status CheckpointStore::ReadShard(const CheckpointMeta& meta, const std::string&
                                   ShardContents* out) const {
   const auto it = std::find_if(meta.files.begin(), meta.files.end(),
                                [&](const CheckpointFile& f) { return f.name == file; });
-  const fs::path path = fs::path(StepDir(meta.step)) / file;
+  const fs::path dir = StepDir(meta.step);
+  const fs::path path = dir / file;
   if (it == meta.files.end()) {
-    return CheckpointRefused(fmt::format("{}: not listed in meta.json", path.string()));
+    return CheckpointRefused(
+        fmt::format("{}: not listed in meta.json{}", path.string(), MoveAside(dir)));
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return CheckpointRefused(fmt::format("{}: cannot read", path.string()));
-  std::vector<char> raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string raw;
+  if (const std::string err = ReadWholeFile(path, &raw); !err.empty()) {
+    return CheckpointRefused(
+        fmt::format("{}: cannot read: {}{}", path.string(), err, MoveAside(dir)));
+  }
   const auto bytes = std::as_bytes(std::span(raw));
   const std::string sha = Sha256Hex(bytes);
   if (sha != it->sha256) {
     return CheckpointRefused(
-        fmt::format("{}: sha256 {} does not match {} in meta.json; the file "
-                    "is corrupt",
-                    path.string(), sha, it->sha256));
+        fmt::format("{}: sha256 {} does not match {} in meta.json; the file is corrupt{}",
+                    path.string(), sha, it->sha256, MoveAside(dir)));
   }
   if (std::string err = DecodeShard(bytes, out); !err.empty()) {
-    return CheckpointRefused(fmt::format("{}: {}", path.string(), err));
+    return CheckpointRefused(fmt::format("{}: {}{}", path.string(), err, MoveAside(dir)));
   }
   return Status::Ok();
 }

@@ -89,7 +89,8 @@ class CheckpointStore {
   void Abandon(int64_t step);
 
   // Deletes all but the newest `keep` step directories, and any .tmp directory older than the
-  // newest complete checkpoint.
+  // newest complete checkpoint. One that cannot be deleted is left and the others deleted all
+  // the same; the first such failure is returned (kIoError naming it).
   Status Prune(int keep);
 
   // Steps of the complete checkpoints (step-<N>/ directories), ascending. A missing root is

@@ -139,6 +139,7 @@ struct Trainer::Impl {
 
   Status Resume(int64_t checkpoint_step);
   Status SaveCheckpoint();
+  void PruneCheckpoints();
   Status SaveShardedCheckpoint(const CheckpointMeta& meta);
   double ValidationLoss();
   // `stop_here` is this rank's wish to stop after the step; *stop_any says whether any rank
@@ -606,23 +607,25 @@ Status Trainer::Impl::Resume(int64_t checkpoint_step) {
   }
   if (meta.mesh != shape.ToString() || meta.world_size != rank.world_size) {
     return CheckpointRefused(
-        fmt::format("{}: mesh '{}' ({} ranks) does not match this job's '{}' ({} ranks)", meta_path,
-                    meta.mesh, meta.world_size, shape.ToString(), rank.world_size));
+        fmt::format("{}: mesh '{}' ({} ranks) does not match this job's '{}' ({} ranks); run "
+                    "with the mesh it was written with or use another checkpoint.dir",
+                    meta_path, meta.mesh, meta.world_size, shape.ToString(), rank.world_size));
   }
   const DataCursor expected = loader->CursorAt(checkpoint_step);
   if (meta.data_cursor.train_tokens != expected.train_tokens) {
     return CheckpointRefused(fmt::format(
-        "{}: the train split had {} tokens, {} has {} now; the dataset changed", meta_path,
-        meta.data_cursor.train_tokens, config.data.path, expected.train_tokens));
+        "{}: the train split had {} tokens, {} has {} now; the dataset changed: restore it or "
+        "use another checkpoint.dir",
+        meta_path, meta.data_cursor.train_tokens, config.data.path, expected.train_tokens));
   }
   if (meta.data_cursor.step != checkpoint_step ||
       meta.data_cursor.samples_consumed != expected.samples_consumed ||
       meta.optimizer_steps != checkpoint_step || meta.rng_seed != config.seed) {
     return CheckpointRefused(fmt::format(
         "{}: data cursor (step {}, {} samples), optimizer steps {} or seed {} do not match "
-        "step {}",
+        "step {}, so the checkpoint is damaged; move {} aside to resume from an older one",
         meta_path, meta.data_cursor.step, meta.data_cursor.samples_consumed, meta.optimizer_steps,
-        meta.rng_seed, checkpoint_step));
+        meta.rng_seed, checkpoint_step, store->StepDir(checkpoint_step)));
   }
   if (meta.zero_stage != config.parallel.zero_stage && data_ranks() > 1) {
     return CheckpointRefused(fmt::format(
@@ -657,9 +660,11 @@ Status Trainer::Impl::Resume(int64_t checkpoint_step) {
     const std::vector<float>* values = t.file->Find(t.name);
     if (values == nullptr || values->size() != t.dst.size()) {
       return CheckpointRefused(
-          fmt::format("{}/{}: tensor '{}' has {} values, this rank needs {}",
+          fmt::format("{}/{}: tensor '{}' has {} values, this rank needs {}; move {} aside to "
+                      "resume from an older one",
                       store->StepDir(checkpoint_step), ShardName(t.file_rank), t.name,
-                      values ? static_cast<int64_t>(values->size()) : int64_t{-1}, t.dst.size()));
+                      values ? static_cast<int64_t>(values->size()) : int64_t{-1}, t.dst.size(),
+                      store->StepDir(checkpoint_step)));
     }
     std::copy(values->begin(), values->end(), t.dst.begin());
   }
@@ -704,13 +709,22 @@ Status Trainer::Impl::SaveCheckpoint() {
     };
     if (Status st = store->Save(meta, {{ShardName(rank.rank), tensors}}); !st.ok())
       return st;
-    if (Status st = store->Prune(config.checkpoint.keep); !st.ok())
-      return st;
+    PruneCheckpoints();
   }
   const double seconds = Seconds(start);
   metrics->RecordCheckpoint(seconds);
   spdlog::info("checkpoint {} written in {:.3f} s", store->StepDir(step), seconds);
   return Status::Ok();
+}
+
+// Retention is housekeeping: the checkpoint just written stands, so an older one that cannot be
+// deleted (a reader holding it open on NFS, a read-only snapshot) is a warning, not a failed
+// run that a gang restart would only repeat.
+void Trainer::Impl::PruneCheckpoints() {
+  if (Status st = store->Prune(config.checkpoint.keep); !st.ok()) {
+    spdlog::warn("{}; checkpoint.keep {} is not enforced until it is deleted", st.message(),
+                 config.checkpoint.keep);
+  }
 }
 
 // Several ranks, one directory: rank 0 opens step-<N>.tmp/, each rank that holds something
@@ -768,7 +782,7 @@ Status Trainer::Impl::SaveShardedCheckpoint(const CheckpointMeta& meta) {
       store->Abandon(meta.step);  // every rank is past its write (the all-gather above)
     }
     if (committed.ok())
-      committed = store->Prune(config.checkpoint.keep);
+      PruneCheckpoints();
   } else if (!written.ok()) {
     committed = written;
   }

@@ -487,6 +487,44 @@ TEST(RunnerOutcomeTest, ASummaryThatCannotBeWrittenFailsASucceededRun) {
   EXPECT_NE(job.Out().find("cannot write the summary"), std::string::npos) << job.Out();
 }
 
+// `tessera run` killed by SIGKILL: its ranks get SIGTERM and go on to checkpoint and stop. Until
+// the last has exited the run directory stays locked (the ranks inherit the lock), so a second
+// run cannot start on it meanwhile; once only the lock went with the runner, and a `--resume`
+// started at once resumed from an older checkpoint while the orphan wrote a newer one (then
+// refused it, exit 3, "a checkpoint for this step exists already"), and a run without `--resume`
+// deleted the checkpoints the orphan was writing into.
+TEST(RunnerOutcomeTest, ARunnerKilledBySigkillLeavesItsRunDirectoryLockedUntilItsRanksExit) {
+  // A rank that, told to stop, goes on "checkpointing" until the test releases it.
+  LocalJob job(1, 1,
+               "trap 'while [ ! -e \"$DIR/release\" ]; do sleep 0.01; done; exit 143' TERM\n"
+               "touch \"$DIR/started\"\n"
+               "while :; do sleep 0.01; done\n");
+  const pid_t runner = ::fork();
+  if (runner == 0) {
+    ::alarm(60);
+    const int out = ::open((job.dir / "out.txt").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    ::dup2(out, STDOUT_FILENO);
+    ::dup2(out, STDERR_FILENO);
+    ::_exit(RunJob(job.options));
+  }
+  ASSERT_TRUE(WaitForFile(job.dir / "started")) << job.Out();
+  ::kill(runner, SIGKILL);
+  ::waitpid(runner, nullptr, 0);
+  const auto lock_is_free = [&] {
+    const int fd = ::open((job.dir / "run" / ".lock").c_str(), O_RDWR | O_CLOEXEC);
+    const bool free = fd >= 0 && ::flock(fd, LOCK_EX | LOCK_NB) == 0;
+    if (fd >= 0)
+      ::close(fd);
+    return free;
+  };
+  EXPECT_FALSE(lock_is_free()) << "the orphaned rank still runs, but the directory is free";
+  std::ofstream(job.dir / "release").flush();
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!lock_is_free() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(5ms);
+  EXPECT_TRUE(lock_is_free()) << "the rank exited, but the directory is still locked";
+}
+
 TEST(RunnerOutcomeTest, ARunDirectoryInUseIsRefusedBeforeAnythingStarts) {
   LocalJob job(1, 1, "touch \"$DIR/ran\"\n");
   fs::create_directories(job.dir / "run");

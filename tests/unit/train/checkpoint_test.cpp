@@ -201,6 +201,8 @@ TEST_F(CheckpointTest, CorruptShardIsRefusedNamingTheFile) {
   EXPECT_EQ(st.exit_code(), 3);
   EXPECT_NE(st.message().find(shard_path.string()), std::string::npos) << st.message();
   EXPECT_NE(st.message().find("sha256"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("move " + (root_ / "step-10").string() + " aside"), std::string::npos)
+      << st.message();
 }
 
 void EditMeta(const fs::path& dir, const std::function<void(nlohmann::json&)>& edit) {
@@ -251,6 +253,14 @@ TEST_F(CheckpointTest, DamagedMetaOrFilesAreRefused) {
        "rank-00000.bin", "bytes, meta.json records"},
       {"shard removed", [](const fs::path& d) { fs::remove(d / "rank-00000.bin"); },
        "rank-00000.bin", "missing"},
+      // Reading it fails (EISDIR here, EIO on a failing disk): once an uncaught exception that
+      // aborted the rank, and `tessera run` with it (exit 134, restarted, no summary).
+      {"meta a directory",
+       [](const fs::path& d) {
+         fs::remove(d / "meta.json");
+         fs::create_directory(d / "meta.json");
+       },
+       "meta.json", "missing or unreadable"},
   };
   for (const Case& c : cases) {
     fs::remove_all(root_);
@@ -262,6 +272,10 @@ TEST_F(CheckpointTest, DamagedMetaOrFilesAreRefused) {
     EXPECT_EQ(st.code(), ExitCode::kCheckpointRefused) << c.name;
     EXPECT_NE(st.message().find(c.names_file), std::string::npos) << c.name << ": " << st.message();
     EXPECT_NE(st.message().find(c.says), std::string::npos) << c.name << ": " << st.message();
+    // What to do, rather than start afresh and lose the older checkpoints too.
+    EXPECT_NE(st.message().find("move " + (root_ / "step-5").string() + " aside"),
+              std::string::npos)
+        << c.name << ": " << st.message();
   }
 }
 
@@ -332,6 +346,22 @@ TEST_F(CheckpointTest, NewestCompleteIgnoresTemporaryDirectories) {
   std::ofstream(root_ / "step-40") << "a file, not a directory";
   EXPECT_EQ(store.CompleteSteps(), (std::vector<int64_t>{10, 20}));
   EXPECT_EQ(store.NewestComplete(), 20);
+}
+
+// An entry named like a checkpoint whose type cannot be read (a symbolic link loop: ELOOP) is
+// not a checkpoint, as a dangling link is not: once an uncaught filesystem_error that aborted
+// every rank and `tessera run` (exit 134) before anything was resumed or summarised.
+TEST_F(CheckpointTest, EntriesWhoseTypeCannotBeReadAreNotCheckpoints) {
+  CheckpointStore store(root_.string());
+  ASSERT_TRUE(SaveStep(store, 10).ok());
+  ASSERT_TRUE(SaveStep(store, 20).ok());
+  fs::create_symlink("step-30", root_ / "step-30");          // a loop
+  fs::create_symlink(root_ / "nowhere", root_ / "step-40");  // dangling
+  EXPECT_EQ(store.CompleteSteps(), (std::vector<int64_t>{10, 20}));
+  EXPECT_EQ(store.NewestComplete(), 20);
+  ASSERT_TRUE(store.Prune(1).ok());
+  EXPECT_EQ(store.CompleteSteps(), (std::vector<int64_t>{20}));
+  EXPECT_TRUE(fs::is_symlink(root_ / "step-30"));  // not ours to delete
 }
 
 TEST_F(CheckpointTest, OnlyStepDirectoriesAreCheckpoints) {
