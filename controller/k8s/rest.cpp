@@ -95,6 +95,26 @@ std::string QueryEscape(const std::string& value) {
   return out;
 }
 
+namespace {
+
+// `text` on one line, as ApiError::ToString promises: runs of blanks and line breaks become
+// one space, none at either end.
+std::string OneLine(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    const bool blank = c == ' ' || c == '\n' || c == '\r' || c == '\t';
+    if (!blank)
+      out.push_back(c);
+    else if (!out.empty() && out.back() != ' ')
+      out.push_back(' ');
+  }
+  if (!out.empty() && out.back() == ' ')
+    out.pop_back();
+  return out;
+}
+
+}  // namespace
+
 ApiError ErrorFromResponse(int status, const std::string& body, std::string_view location) {
   ApiError err{status, "", ""};
   Json parsed = Json::parse(body, nullptr, /*allow_exceptions=*/false);
@@ -111,7 +131,7 @@ ApiError ErrorFromResponse(int status, const std::string& body, std::string_view
         "own address";
   } else {
     // Not a Status (a proxy's page, say): quoted in events and logs, so valid UTF-8.
-    err.message = api::ValidUtf8Prefix(body, 512);
+    err.message = OneLine(api::ValidUtf8Prefix(body, 512));
   }
   if (err.reason.empty()) {
     switch (status) {

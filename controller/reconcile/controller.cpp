@@ -337,12 +337,25 @@ void Controller::NoteCreateOutcome(const std::string& key, const Json& job,
 }
 
 std::optional<std::string> Controller::EnsureCreated(const k8s::ResourceRef& ref,
-                                                     const Json& object) {
+                                                     const Json& object,
+                                                     const std::string& owner_uid) {
   auto created = client_.Create(ref, object);
-  if (created.ok() || created.error().IsAlreadyExists())
+  if (created.ok())
     return std::nullopt;
-  return "create " + ref.resource + " " + ref.namespace_ + "/" + MetaString(object, "name") + ": " +
-         created.error().ToString();
+  const std::string name = MetaString(object, "name");
+  const std::string what = "create " + ref.resource + " " + ref.namespace_ + "/" + name + ": ";
+  if (!created.error().IsAlreadyExists())
+    return what + created.error().ToString();
+  if (owner_uid.empty())
+    return std::nullopt;
+  auto existing = client_.Get(ref.Named(name));
+  if (!existing.ok())
+    return what + "exists already, then reading it failed: " + existing.error().ToString();
+  if (ControlledBy(*existing, owner_uid))
+    return std::nullopt;
+  return what + "one of that name exists that this job does not own (its controller: " +
+         DescribeController(*existing) +
+         "); the workers are created once it is gone: delete it, or give the job another name";
 }
 
 void Controller::RecordEvents(const std::string& key, const Json& job,
@@ -481,8 +494,11 @@ std::optional<std::string> Controller::PrepareAttempt(const api::TrainingJob& jo
       return err;
     });
   }
-  steps.push_back(
-      [this, &job, &ns] { return EnsureCreated(k8s::Services(ns), DesiredService(job)); });
+  // Not someone else's Service of the job's name: the workers' DNS names need this headless
+  // one, and the job's EndpointSlice would add them to that Service.
+  steps.push_back([this, &job, &ns] {
+    return EnsureCreated(k8s::Services(ns), DesiredService(job), job.metadata.uid);
+  });
   steps.push_back([this, &job, &ns] {
     return EnsureCreated(k8s::Secrets(ns), DesiredSecret(job, NewRendezvousToken()));
   });
@@ -621,41 +637,46 @@ ReconcileOutcome Controller::Reconcile(const std::string& key) {
   }
   const lifecycle::Status& status = decision.status;
 
+  // Deletes workers; the first failure, if any.
+  auto delete_workers = [&](const lifecycle::DeleteWorkers& del) -> std::optional<std::string> {
+    for (int64_t index : del.indices) {
+      auto it = observed.pods.find(index);
+      if (it == observed.pods.end())
+        continue;
+      const Json& pod = *it->second;
+      if (Deleting(pod) && !del.force)
+        continue;  // already on its way out
+      const std::string pod_uid = MetaString(pod, "uid");
+      const std::string pod_name = MetaString(pod, "name");
+      k8s::DeleteOptions options;
+      options.precondition_uid = pod_uid;
+      if (del.force)
+        options.grace_period_seconds = 0;
+      expectations_.ExpectDeletion(key, pod_uid);
+      auto deleted = client_.Delete(k8s::Pods(ns).Named(pod_name), options);
+      if (!deleted.ok()) {
+        expectations_.DeletionObserved(key, pod_uid);
+        // 404: gone already; 409: the name now holds another pod. Either way, done.
+        if (!deleted.error().IsNotFound() && deleted.error().code != 409)
+          return "delete pod " + ns + "/" + pod_name + ": " + deleted.error().ToString();
+      } else {
+        spdlog::info("{}: deleted pod {}{}", key, pod_name, del.force ? " (force)" : "");
+      }
+    }
+    return std::nullopt;
+  };
+
   std::vector<lifecycle::RecordEvent> events;
-  std::optional<std::string> create_error;  // the attempt's objects were refused
+  std::vector<const lifecycle::DeleteWorkers*> deletes;  // applied once the status is written
+  std::optional<std::string> create_error;               // the attempt's objects were refused
   for (const lifecycle::Action& action : decision.actions) {
     std::optional<std::string> err;
     if (const auto* del = std::get_if<lifecycle::DeleteWorkers>(&action)) {
-      for (int64_t index : del->indices) {
-        auto it = observed.pods.find(index);
-        if (it == observed.pods.end())
-          continue;
-        const Json& pod = *it->second;
-        if (Deleting(pod) && !del->force)
-          continue;  // already on its way out
-        const std::string pod_uid = MetaString(pod, "uid");
-        const std::string pod_name = MetaString(pod, "name");
-        k8s::DeleteOptions options;
-        options.precondition_uid = pod_uid;
-        if (del->force)
-          options.grace_period_seconds = 0;
-        expectations_.ExpectDeletion(key, pod_uid);
-        auto deleted = client_.Delete(k8s::Pods(ns).Named(pod_name), options);
-        if (!deleted.ok()) {
-          expectations_.DeletionObserved(key, pod_uid);
-          // 404: gone already; 409: the name now holds another pod. Either way, done.
-          if (!deleted.error().IsNotFound() && deleted.error().code != 409) {
-            err = "delete pod " + ns + "/" + pod_name + ": " + deleted.error().ToString();
-            break;
-          }
-        } else {
-          spdlog::info("{}: deleted pod {}{}", key, pod_name, del->force ? " (force)" : "");
-        }
-      }
+      deletes.push_back(del);
     } else if (const auto* create = std::get_if<lifecycle::CreateWorkers>(&action)) {
       // The PodGroup, Service, Secret and trainer ConfigMap go first, at once, for every
-      // create: creating them is cheap and an existing one counts, so the controller needs
-      // neither to read nor watch them.
+      // create: creating them is cheap and an existing one counts (a Service only when the job
+      // owns it, read then), so the controller needs to watch none of them.
       err = PrepareAttempt(view.job, create->attempt);
       if (!err) {
         std::vector<Json> desired;
@@ -739,6 +760,17 @@ ReconcileOutcome Controller::Reconcile(const std::string& key) {
     out.result = written.result;
     out.error = written.error;
     return out;
+  }
+  // Workers are deleted only once the status that explains it is written (Suspended,
+  // Restarting, finished): a write refused after the deletes would leave the next decision,
+  // from the older status, to take them for a lost worker and count a restart (a suspension
+  // resumed at once failed a job with backoffLimit 0). A delete that fails is decided again.
+  for (const lifecycle::DeleteWorkers* del : deletes) {
+    if (auto err = delete_workers(*del)) {
+      out.result = ReconcileOutcome::Result::kError;
+      out.error = *err;
+      break;
+    }
   }
 
   if (!view.invalid) {

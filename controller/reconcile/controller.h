@@ -119,9 +119,11 @@ class Controller {
   void OnPod(const k8s::ObjectPtr& pod, bool deleted);
   void OnNode(const k8s::ObjectPtr& old_node, const k8s::ObjectPtr& node);
   void Forget(const std::string& key);
-  // Creates `object`; one that exists already counts as created.
+  // Creates `object`; one that exists already counts as created, but for one whose controller
+  // is not `owner_uid` when that is given (an error then names its controller).
   std::optional<std::string> EnsureCreated(const k8s::ResourceRef& ref,
-                                           const nlohmann::json& object);
+                                           const nlohmann::json& object,
+                                           const std::string& owner_uid = "");
   // Whether the attempt `decision` would start can be created: nullopt when it can (or starts
   // none), else why not (the job's PodGroup CRD is not served). An error when discovery
   // failed.

@@ -168,7 +168,10 @@ lifecycle::Status RecoverPrunedFields(const DecodedStatus& decoded,
         s.attempt = std::max(s.attempt, pod.attempt);
     }
   }
-  if (!decoded.has_attempt_start_time) {
+  // A Pending job has created no worker of its attempt yet, and a status without a phase
+  // (wiped by hand, restored without it) reads as Pending: a start time recovered for it would
+  // make the lifecycle wait, Pending for good, for workers it never creates.
+  if (!decoded.has_attempt_start_time && s.phase != lifecycle::Phase::kPending) {
     if (remembered && remembered->attempt == s.attempt) {
       s.attempt_start_time = remembered->attempt_start_time;
     } else if (s.phase == lifecycle::Phase::kStarting || s.phase == lifecycle::Phase::kRunning) {

@@ -80,7 +80,8 @@ struct PodAge {
 // this controller last wrote for the same job) when given, else derived from the job's pods:
 // attempt = the newest pod attempt, at least `restarts`; attemptStartTime = the earliest
 // creation of that attempt's pods while Starting or Running; progress attempt unknown (-1, so
-// the progress deadline waits for a fresh report). Fields that were present are kept.
+// the progress deadline waits for a fresh report). A Pending status (one without a phase reads
+// so) gets no attemptStartTime, remembered or not. Fields that were present are kept.
 lifecycle::Status RecoverPrunedFields(const DecodedStatus& decoded,
                                       const std::optional<PrunedFields>& remembered,
                                       const std::vector<PodAge>& pods);

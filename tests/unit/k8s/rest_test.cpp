@@ -99,6 +99,17 @@ TEST(K8sApiErrorTest, ReadsStatusBodiesAndClassifies) {
   }
 }
 
+// A body that is not a Status is quoted on one line: the API server's "404 page not found\n"
+// for a group it does not serve (the TrainingJob CRD not installed) cut the controller's log
+// line in two.
+TEST(K8sApiErrorTest, QuotesANonStatusBodyOnOneLine) {
+  EXPECT_EQ(ErrorFromResponse(404, "404 page not found\n").ToString(),
+            "404 NotFound: 404 page not found");
+  EXPECT_EQ(ErrorFromResponse(502, "<html>\r\n  <b>bad</b>\n\t</html>\n").message,
+            "<html> <b>bad</b> </html>");
+  EXPECT_EQ(ErrorFromResponse(502, " \n ").message, "");
+}
+
 // A body that is not a Status is quoted in events and status messages, which are JSON: cut
 // mid-character or not UTF-8 at all, its bad bytes become '?'.
 TEST(K8sApiErrorTest, QuotesANonStatusBodyAsUtf8) {

@@ -1021,6 +1021,41 @@ TEST_F(ControllerTest, APodOfAWorkersNameThatTheJobDoesNotOwnIsSaidAndWaitedFor)
   EXPECT_EQ(Pods().size(), 2u);
 }
 
+// Someone else's Service of the job's name (a user's ClusterIP Service, say) is not taken for
+// the job's own: the workers' DNS names need a headless one, and the job's EndpointSlice would
+// add the workers to that Service. No worker is created and the status says why, until it is
+// gone. Before, any Service of that name counted as created, and the job ran without DNS.
+TEST_F(ControllerTest, AServiceOfTheJobsNameThatTheJobDoesNotOwnIsSaidAndWaitedFor) {
+  Create(k8s::Services("ml"), {{"apiVersion", "v1"},
+                               {"kind", "Service"},
+                               {"metadata", {{"name", "gpt"}, {"namespace", "ml"}}},
+                               {"spec", {{"clusterIP", "10.96.0.7"}}}});
+  Create(TrainingJobs("ml"), JobObject("gpt", 2));
+  ASSERT_TRUE(WaitUntil([&] { return controller_->CachedJob("ml/gpt") != nullptr; }));
+  const ReconcileOutcome out = controller_->Reconcile("ml/gpt");
+  EXPECT_EQ(out.result, ReconcileOutcome::Result::kError);
+  EXPECT_EQ(out.error,
+            "create services ml/gpt: one of that name exists that this job does not own (its "
+            "controller: no controller); the workers are created once it is gone: delete it, or "
+            "give the job another name");
+  EXPECT_TRUE(Pods().empty());
+  EXPECT_EQ(FailedCreateEvents(), 1u);
+  EXPECT_EQ(Condition("gpt", "Created"), "False/FailedCreate");
+
+  ASSERT_TRUE(client_.Delete(k8s::Services("ml").Named("gpt"), {}).ok());
+  ASSERT_TRUE(ReconcileUntil("ml/gpt", [&] { return Phase("gpt") == "Starting"; }));
+  auto service = client_.Get(k8s::Services("ml").Named("gpt"));
+  ASSERT_TRUE(service.ok());
+  EXPECT_TRUE(ControlledBy(*service, Job("gpt")["metadata"]["uid"]));
+  EXPECT_EQ(Pods().size(), 2u);
+  // Its own Service, found at the next attempt, counts as created.
+  SetPodPhase("gpt-worker-0", "Failed", 1);
+  ASSERT_TRUE(ReconcileUntil("ml/gpt", [&] {
+    return Status("gpt").value("attempt", 0) == 1 && Phase("gpt") == "Starting";
+  }));
+  EXPECT_EQ(Pods().size(), 2u);
+}
+
 // A pod event reconciles its job after the batching delay, a job event at once.
 TEST_F(ControllerTest, PodEventsWaitForTheBatchJobEventsDoNot) {
   ControllerOptions options;
@@ -1099,6 +1134,50 @@ TEST_F(ControllerTest, WorkersFollowSpecChangesAndDeleteAFinishedJobAfterItsTtl)
   EXPECT_TRUE(WaitUntil([&] { return Phase("bert") == "Suspended" && berts() == 0; }));
 }
 
+// A suspension's status write refused with a conflict (the job was resumed meanwhile, as
+// `kubectl patch` of suspend true then false does in a second): the workers must still be
+// there, or the next decision takes the suspension's deletes for a lost worker. Before, the
+// deletes went first and the resume counted a restart (WorkerMissing); with backoffLimit 0
+// the job failed.
+TEST_F(ControllerTest, ASuspensionWhoseStatusWriteConflictsCostsNoRestart) {
+  RunJob("gpt", 2, R"({"runPolicy": {"backoffLimit": 0}})");
+  auto set_suspend = [&](bool suspend) {
+    Json job = Job("gpt");
+    job["spec"]["suspend"] = suspend;
+    ASSERT_TRUE(client_.Update(TrainingJobs("ml").Named("gpt"), job).ok());
+    ASSERT_TRUE(CacheHasJob("gpt"));
+  };
+  ASSERT_NO_FATAL_FAILURE(set_suspend(true));
+  server_.FailNext("PUT", 1, 409);
+  EXPECT_EQ(controller_->Reconcile("ml/gpt").result, ReconcileOutcome::Result::kConflict);
+  ASSERT_NO_FATAL_FAILURE(set_suspend(false));
+
+  ASSERT_TRUE(ReconcileUntil("ml/gpt", [&] {
+    return controller_->expectations().Satisfied("ml/gpt") && Phase("gpt") != "Starting";
+  }));
+  const Json status = Status("gpt");
+  EXPECT_EQ(status.value("phase", ""), "Running");
+  EXPECT_EQ(status.value("restarts", -1), 0);
+  EXPECT_FALSE(status.contains("lastFailure")) << status.dump();
+  EXPECT_EQ(Pods().size(), 2u);
+}
+
+// A running job's status wiped (a status PUT of {}, a restore that drops status): the job is
+// decided again from its pods and shows Running. Before, the controller's memory of the
+// attempt's start time, applied to a status that reads as Pending, left it Pending for good
+// while its workers ran.
+TEST_F(ControllerTest, AStatusWipedWhileRunningIsRunningAgain) {
+  RunJob("gpt", 2);
+  Decided("ml/gpt");
+  Json job = Job("gpt");
+  job["status"] = Json::object();
+  ASSERT_TRUE(client_.UpdateStatus(TrainingJobs("ml").Named("gpt"), job).ok());
+  ASSERT_TRUE(CacheHasJob("gpt"));
+  EXPECT_TRUE(ReconcileUntil("ml/gpt", [&] { return Phase("gpt") == "Running"; }))
+      << Status("gpt").dump();
+  EXPECT_EQ(Pods().size(), 2u);
+}
+
 // A running job is decided again at the earliest of what it waits for: its active deadline, or
 // the moment its worker on a NotReady node counts as lost (the pod's grace period after the
 // node stopped being ready).
@@ -1172,7 +1251,12 @@ TEST_F(ControllerTest, WorkersRestartAGangWhoseNodeIsGone) {
     uids[pod["metadata"]["name"]] = pod["metadata"]["uid"];
   const size_t deletes_before = server_.CountRequests("DELETE", "/api/v1/namespaces/ml/pods");
   ASSERT_TRUE(client_.Delete(k8s::Nodes().Named("n1"), {}).ok());
-  ASSERT_TRUE(WaitUntil([&] { return Status("gpt").value("restarts", 0) == 1; }));
+  // The status (restarts 1) is written first, then the workers are deleted.
+  ASSERT_TRUE(WaitUntil([&] {
+    return Status("gpt").value("restarts", 0) == 1 &&
+           !Deletes("/api/v1/namespaces/ml/pods/gpt-worker-0").empty() &&
+           !Deletes("/api/v1/namespaces/ml/pods/gpt-worker-1").empty();
+  }));
   EXPECT_GT(server_.CountRequests("DELETE", "/api/v1/namespaces/ml/pods"), deletes_before);
   for (const char* name : {"gpt-worker-0", "gpt-worker-1"}) {
     const auto deletes = Deletes(std::string("/api/v1/namespaces/ml/pods/") + name);
@@ -1268,6 +1352,7 @@ TEST_F(ControllerTest, AJobCreatedAgainUnderItsNameStartsAfresh) {
     ASSERT_TRUE(client_.Delete(TrainingJobs("ml").Named("gpt"), {}).ok());
     for (const Json& pod : Pods())  // as the garbage collector would
       client_.Delete(k8s::Pods("ml").Named(pod["metadata"]["name"]), {});
+    client_.Delete(k8s::Services("ml").Named("gpt"), {});  // the earlier job's is not the new one's
     ASSERT_TRUE(WaitUntil([&] { return controller_->CachedJob("ml/gpt") == nullptr; }));
     Settle("ml/gpt");
     EXPECT_EQ(controller_->expectations().PendingJobs(), 0u);
@@ -1296,18 +1381,19 @@ TEST_F(ControllerTest, AJobCreatedAgainUnderItsNameStartsAfresh) {
   EXPECT_EQ(Writes("/apis/discovery.k8s.io"), slice_writes);
 }
 
-// The watches stall after the controller deleted a failed gang (and its status write was
-// refused): reconciling again deletes nothing more until the cache shows the deletes.
+// The watches stall after the controller deleted a failed gang: reconciling again deletes
+// nothing more until the cache shows the deletes (its own status write, awaited too, is taken
+// as seen here, so that only the deletes hold the decision).
 TEST_F(ControllerTest, LaggingCacheNeverDeletesTwice) {
   ASSERT_NO_FATAL_FAILURE(RunJob("gpt", 2));
   ASSERT_NO_FATAL_FAILURE(SetPodPhaseSeen("gpt", {"gpt-worker-1"}, "Failed", 3));
   const std::string pods = "/api/v1/namespaces/ml/pods";
   const size_t before = server_.CountRequests("DELETE", pods);
   server_.HoldWatches(true);
-  server_.FailNext("PUT", 1, 409);
-  ASSERT_EQ(controller_->Reconcile("ml/gpt").result, ReconcileOutcome::Result::kConflict);
+  ASSERT_EQ(controller_->Reconcile("ml/gpt").result, ReconcileOutcome::Result::kSuccess);
   const size_t deletes = server_.CountRequests("DELETE", pods) - before;
   ASSERT_GT(deletes, 0u);
+  controller_->expectations().ClearStatus("ml/gpt");
   for (int i = 0; i < 3; ++i) {
     const ReconcileOutcome out = controller_->Reconcile("ml/gpt");
     EXPECT_EQ(out.result, ReconcileOutcome::Result::kSuccess) << out.error;

@@ -307,6 +307,12 @@ TEST(RecoverPrunedFields, AttemptStartTimeOnlyFromTheSameAttempt) {
        std::nullopt,
        {{2, T("2026-03-01T10:04:03Z")}},
        std::nullopt},
+      {"pending (as a status wiped of its phase reads): none, whatever is remembered",
+       Phase::kPending,
+       false,
+       PrunedFields{2, T("2026-03-01T10:04:00Z"), 2},
+       {{2, T("2026-03-01T10:04:03Z")}},
+       std::nullopt},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
