@@ -1023,7 +1023,25 @@ int RunJob(const RunOptions& options) {
                      "that was killed are still checkpointing); wait for it or pass --workdir");
   }
   if (!options.resume) {
-    fs::remove_all(run_dir / "checkpoints", ec);
+    // A fresh start: the previous run's checkpoints go, said in one line (they are the work of
+    // that run), and all of them or the run does not start (a rank would resume from a
+    // leftover).
+    const fs::path checkpoints = run_dir / "checkpoints";
+    const std::vector<int64_t> steps = train::CheckpointStore(checkpoints.string()).CompleteSteps();
+    fs::remove_all(checkpoints, ec);
+    if (ec) {
+      ::close(lock_fd);
+      return BadConfig(fmt::format(
+          "{}: cannot remove the previous run's checkpoints ({}); remove them yourself, or run "
+          "with --resume to continue from them",
+          checkpoints.string(), ec.message()));
+    }
+    if (!steps.empty()) {
+      std::cout << fmt::format(
+          "tessera run: {}: removed the previous run's {} checkpoint(s), the newest step-{} "
+          "(--resume continues from them instead)\n",
+          checkpoints.string(), steps.size(), steps.back());
+    }
     for (const auto& entry : fs::directory_iterator(run_dir / "logs", ec))
       fs::remove(entry.path(), ec);
   }

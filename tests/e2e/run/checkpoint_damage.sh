@@ -2,6 +2,7 @@
 # Checkpoints as a failing machine or a killed runner leave them, with real ranks: whatever
 # happens, the good checkpoints survive, the messages say what to do, and the run that follows
 # the advice ends with exactly the final loss of an uninterrupted run.
+#  - a second run without --resume says it removes the previous run's checkpoints;
 #  - the newest checkpoint damaged (a truncated shard): refused, with the advice to move it aside
 #    (not to start afresh, which deletes the older good one); moved aside, --resume continues
 #    from the older one;
@@ -19,6 +20,15 @@ ARGS=(run "$TINY" "${SMALL[@]}" --set spec.trainer.schedule.steps=200
 "$TESSERA" "${ARGS[@]}" --workdir "$WORK/straight" --summary-json "$WORK/straight.json" \
   >"$WORK/straight.txt" 2>&1 || { cat "$WORK/straight.txt"; fail "the uninterrupted run failed"; }
 want=$(json "$WORK/straight.json" 'repr(j["final_train_loss"])')
+
+# Run again without --resume: a fresh start that says it removed the previous checkpoints.
+cp -a "$WORK/straight" "$WORK/again"
+"$TESSERA" "${ARGS[@]}" --workdir "$WORK/again" >"$WORK/again.txt" 2>&1 ||
+  { cat "$WORK/again.txt"; fail "the second fresh run failed"; }
+grep -q "^tessera run: $WORK/again/checkpoints: removed the previous run's 4 checkpoint(s), the newest step-200 (--resume continues from them instead)$" \
+  "$WORK/again.txt" || { cat "$WORK/again.txt"; fail "a fresh start did not say it removed the checkpoints"; }
+grep -q "resumed from" "$WORK/again/logs/worker-0-rank-0.log" && fail "a fresh start resumed"
+rm -rf "$WORK/again"
 
 # A run directory as the uninterrupted run left it after step 100: step-50 and step-100.
 after_step_100() {
