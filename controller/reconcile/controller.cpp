@@ -511,7 +511,7 @@ std::optional<std::string> Controller::PrepareAttempt(const api::TrainingJob& jo
     // The previous attempt's configuration; older ones went with their own successors (the
     // garbage collector takes any left with the job).
     steps.push_back([this, &job, &ns, attempt]() -> std::optional<std::string> {
-      const std::string name = TrainerConfigMapName(job.metadata.name, attempt - 1);
+      const std::string name = TrainerConfigMapName(job, attempt - 1);
       auto deleted = client_.Delete(k8s::ConfigMaps(ns).Named(name), {});
       if (deleted.ok() || deleted.error().IsNotFound())
         return std::nullopt;

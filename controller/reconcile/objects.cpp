@@ -136,7 +136,7 @@ void SetTrainerCommand(Json& spec, Json& container, const api::TrainingJob& job,
       "mountPath");
   ReplaceEntry(spec["volumes"],
                Json{{"name", kTrainerConfigVolume},
-                    {"configMap", {{"name", TrainerConfigMapName(job.metadata.name, attempt)}}}},
+                    {"configMap", {{"name", TrainerConfigMapName(job, attempt)}}}},
                nullptr);
 }
 
@@ -259,8 +259,11 @@ Json DesiredSecret(const api::TrainingJob& job, const std::string& token) {
               {"stringData", {{api::kRendezvousTokenKey, token}}}};
 }
 
-std::string TrainerConfigMapName(const std::string& job_name, int64_t attempt) {
-  return job_name + "-config-" + std::to_string(attempt);
+std::string TrainerConfigMapName(const api::TrainingJob& job, int64_t attempt) {
+  std::string name = job.metadata.name + "-config-" + std::to_string(attempt);
+  if (!job.metadata.uid.empty())
+    name += "-" + job.metadata.uid.substr(0, 8);
+  return name;
 }
 
 bool RunsBuiltInTrainer(const api::TrainingJob& job) {
@@ -277,7 +280,7 @@ Json DesiredTrainerConfigMap(const api::TrainingJob& job, int64_t attempt) {
   document["kind"] = api::kKind;
   document["metadata"] = {{"name", job.metadata.name}, {"namespace", job.metadata.name_space}};
   document["spec"] = nlohmann::ordered_json::parse(spec.dump());
-  Json meta = ObjectMeta(job, TrainerConfigMapName(job.metadata.name, attempt));
+  Json meta = ObjectMeta(job, TrainerConfigMapName(job, attempt));
   meta["labels"][api::kLabelAttempt] = std::to_string(attempt);
   return Json{{"apiVersion", "v1"},
               {"kind", "ConfigMap"},

@@ -76,9 +76,11 @@ inline constexpr char kTrainerConfigDir[] = "/etc/tessera";
 inline constexpr char kTrainerConfigPath[] = "/etc/tessera/job.yaml";
 inline constexpr char kTrainerConfigVolume[] = "tessera-config";
 
-// `J-config-<attempt>`: one per attempt, so an attempt's pods read the spec the attempt was
-// started with, even if the job is edited while it runs.
-std::string TrainerConfigMapName(const std::string& job_name, int64_t attempt);
+// `J-config-<attempt>-<the first 8 characters of the job's uid>`: one per attempt, so an
+// attempt's pods read the spec the attempt was started with, even if the job is edited while it
+// runs; and one per job, so a job deleted and applied again under its name (how its trainer is
+// changed) never finds the earlier job's, not yet garbage-collected, and takes it for its own.
+std::string TrainerConfigMapName(const api::TrainingJob& job, int64_t attempt);
 
 // Whether worker pods of `job` run the built-in trainer: spec.trainer is set (validation
 // refuses it together with a command in the worker container).

@@ -139,8 +139,9 @@ spec:
         args: [--threads, "1"]
 YAML
 tiny_uid=$(job_field tiny '{.metadata.uid}')
+cm0="tiny-config-0-${tiny_uid:0:8}" cm1="tiny-config-1-${tiny_uid:0:8}"  # one per attempt and job
 wait_for 60 "2 pods of job tiny" bash -c "[ \$(kubectl -n $TEST_NAMESPACE get pods -l tessera.dev/job-name=tiny -o name | wc -l) -eq 2 ]"
-cm=$(kns get configmap tiny-config-0 -o json)
+cm=$(kns get configmap "$cm0" -o json)
 expect_eq "$tiny_uid True" \
   "$(json_get '" ".join(str(d["metadata"]["ownerReferences"][0][k]) for k in ("uid", "controller"))' <<<"$cm")" \
   "ConfigMap owner"
@@ -161,12 +162,12 @@ for i in 0 1; do
   expect_eq "tessera-config /etc/tessera True" \
     "$(get '" ".join(str(m[k]) for m in d["spec"]["containers"][0]["volumeMounts"] if m["name"] == "tessera-config" for k in ("name", "mountPath", "readOnly"))')" \
     "worker $i config mount"
-  expect_eq "tiny-config-0" \
+  expect_eq "$cm0" \
     "$(get '[v["configMap"]["name"] for v in d["spec"]["volumes"] if v["name"] == "tessera-config"][0]')" \
     "worker $i config volume"
 done
 wait_phase 60 tiny Running
-printf -- '---- job.yaml of tiny-config-0\n%s\n----\n' "$job_yaml"
+printf -- '---- job.yaml of %s\n%s\n----\n' "$cm0" "$job_yaml"
 
 # A gang restart: attempt 1 gets its own ConfigMap, and attempt 0's is deleted.
 kns label pod tiny-worker-1 tessera.dev/fail-exit-code=3
@@ -175,18 +176,18 @@ tiny_attempt1() {
     [ "$(kns get pods -l tessera.dev/job-name=tiny,tessera.dev/attempt=0 -o name | wc -l)" -eq 0 ]
 }
 wait_for 60 "job tiny's gang replaced by attempt 1" tiny_attempt1
-expect_eq "tiny-config-1" \
+expect_eq "$cm1" \
   "$(kns get pod tiny-worker-0 -o jsonpath='{.spec.volumes[?(@.name=="tessera-config")].configMap.name}')" \
   "attempt 1 config volume"
-expect_eq "configmap/tiny-config-1" "$(kns get configmaps -l tessera.dev/job-name=tiny -o name)" \
+expect_eq "configmap/$cm1" "$(kns get configmaps -l tessera.dev/job-name=tiny -o name)" \
   "ConfigMaps of job tiny after the restart"
 # The new gang's pods (new uids, new IPs) replace the old ones in the EndpointSlice.
 wait_for 60 "EndpointSlice tiny to list attempt 1's pods" slice_matches_pods tiny 2
 
 # Deleting the job garbage-collects the ConfigMap and the EndpointSlice with the pods.
 kns delete trainingjob tiny --wait=false >/dev/null
-wait_for 90 "the garbage collector to delete ConfigMap tiny-config-1" \
-  bash -c "! kubectl -n $TEST_NAMESPACE get configmap tiny-config-1 >/dev/null 2>&1"
+wait_for 90 "the garbage collector to delete ConfigMap $cm1" \
+  bash -c "! kubectl -n $TEST_NAMESPACE get configmap $cm1 >/dev/null 2>&1"
 wait_for 90 "the garbage collector to delete the pods of tiny" \
   bash -c "[ \$(kubectl -n $TEST_NAMESPACE get pods -l tessera.dev/job-name=tiny -o name | wc -l) -eq 0 ]"
 wait_for 90 "the garbage collector to delete EndpointSlice tiny" \

@@ -1458,7 +1458,9 @@ TEST_F(ControllerTest, EachAttemptOfTheBuiltInTrainerHasItsOwnConfigMap) {
   job["spec"].erase("template");
   Create(TrainingJobs("ml"), job);
   auto exists = [&](int64_t attempt) {
-    return client_.Get(k8s::ConfigMaps("ml").Named(TrainerConfigMapName("tiny", attempt))).ok();
+    const std::string uid = Job("tiny")["metadata"]["uid"];
+    const std::string name = "tiny-config-" + std::to_string(attempt) + "-" + uid.substr(0, 8);
+    return client_.Get(k8s::ConfigMaps("ml").Named(name)).ok();
   };
   ASSERT_TRUE(ReconcileUntil("ml/tiny", [&] { return Phase("tiny") == "Starting"; }))
       << Status("tiny").dump();
@@ -1467,6 +1469,45 @@ TEST_F(ControllerTest, EachAttemptOfTheBuiltInTrainerHasItsOwnConfigMap) {
   ASSERT_TRUE(ReconcileUntil("ml/tiny", [&] { return Status("tiny").value("attempt", 0) == 1; }));
   ASSERT_TRUE(ReconcileUntil("ml/tiny", [&] { return exists(1); }));
   EXPECT_FALSE(exists(0));
+}
+
+// A job deleted and applied again under its name with another trainer (the trainer cannot
+// change, so that is how one changes it) before the garbage collector has removed the old
+// job's ConfigMap: the new job's pods read the new trainer, not the old one.
+TEST_F(ControllerTest, AJobAppliedAgainUnderItsNameReadsItsOwnTrainerNotTheOldOnes) {
+  auto tiny = [](const std::string& lr) {
+    Json job = JobObject("tiny", 1,
+                         R"({"trainer": {"model": {"layers": 2, "dModel": 64,
+        "heads": 4, "seqLen": 64}, "data": {"path": "/data/x.txt"}, "batch": {"global": 16},
+        "schedule": {"steps": 10}, "optimizer": {"lr": )" +
+                             lr + "}}}");
+    job["spec"].erase("template");
+    return job;
+  };
+  Create(TrainingJobs("ml"), tiny("0.5"));
+  ASSERT_TRUE(ReconcileUntil("ml/tiny", [&] { return Phase("tiny") == "Starting"; }));
+  // Deleted; its pods and Service gone, its ConfigMap not yet (the garbage collector lags).
+  ASSERT_TRUE(client_.Delete(TrainingJobs("ml").Named("tiny"), {}).ok());
+  for (const Json& pod : Pods())
+    client_.Delete(k8s::Pods("ml").Named(pod["metadata"]["name"]), {});
+  client_.Delete(k8s::Services("ml").Named("tiny"), {});
+  ASSERT_TRUE(WaitUntil([&] { return controller_->CachedJob("ml/tiny") == nullptr; }));
+  Settle("ml/tiny");
+
+  Create(TrainingJobs("ml"), tiny("0.25"));
+  ASSERT_TRUE(CacheHasJob("tiny"));
+  ASSERT_TRUE(ReconcileUntil("ml/tiny", [&] { return Pods().size() == 1; }));
+  std::string mounted;
+  const std::vector<Json> pods = Pods();
+  for (const Json& volume : pods[0]["spec"]["volumes"]) {
+    if (volume.contains("configMap"))
+      mounted = volume["configMap"]["name"];
+  }
+  auto cm = client_.Get(k8s::ConfigMaps("ml").Named(mounted));
+  ASSERT_TRUE(cm.ok()) << mounted;
+  EXPECT_TRUE(ControlledBy(*cm, Job("tiny")["metadata"]["uid"])) << mounted;
+  const std::string yaml = (*cm)["data"].value(kTrainerConfigKey, std::string());
+  EXPECT_NE(yaml.find("lr: 0.25"), std::string::npos) << yaml;
 }
 
 // A job for a gang scheduler whose PodGroup CRD is not served waits, saying why, and is

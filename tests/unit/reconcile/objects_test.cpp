@@ -224,7 +224,7 @@ TEST(DesiredPod, BuiltInTrainerRunsTheAgentOnTheAttemptsConfig) {
                              "readOnly": true}])"));
   EXPECT_EQ(pod["spec"]["volumes"], Json::parse(R"([{"name": "data", "hostPath": {"path": "/data"}},
                             {"name": "tessera-config",
-                             "configMap": {"name": "tiny-config-3"}}])"));
+                             "configMap": {"name": "tiny-config-3-u"}}])"));
 }
 
 TEST(DesiredPod, OwnCommandGetsNoTrainerConfig) {
@@ -236,11 +236,22 @@ TEST(DesiredPod, OwnCommandGetsNoTrainerConfig) {
   EXPECT_FALSE(RunsBuiltInTrainer(Job(kJob)));
 }
 
+// One ConfigMap per attempt and per job: the job's uid tells a job applied again under its
+// name from the earlier one.
+TEST(TrainerConfigMapName, IsPerAttemptAndPerJob) {
+  api::TrainingJob job = Job(kTrainerJob);
+  job.metadata.uid = "3f2a9c1b-77d0-4e61-9a52-0c1d2e3f4a5b";
+  EXPECT_EQ(TrainerConfigMapName(job, 0), "tiny-config-0-3f2a9c1b");
+  EXPECT_EQ(TrainerConfigMapName(job, 12), "tiny-config-12-3f2a9c1b");
+  job.metadata.uid = "";
+  EXPECT_EQ(TrainerConfigMapName(job, 1), "tiny-config-1");
+}
+
 TEST(DesiredTrainerConfigMap, HoldsTheJobAsATrainingJobFileWithoutTemplate) {
   const api::TrainingJob job = Job(kTrainerJob);
   const Json cm = DesiredTrainerConfigMap(job, 2);
   EXPECT_EQ(cm["kind"], "ConfigMap");
-  EXPECT_EQ(cm["metadata"]["name"], "tiny-config-2");
+  EXPECT_EQ(cm["metadata"]["name"], "tiny-config-2-u");
   EXPECT_EQ(cm["metadata"]["namespace"], "ml");
   EXPECT_EQ(cm["metadata"]["labels"]["tessera.dev/job-name"], "tiny");
   EXPECT_EQ(cm["metadata"]["labels"]["tessera.dev/attempt"], "2");
