@@ -206,6 +206,16 @@ void Read(const json& obj, const char* key, T& out) {
     out = it->get<T>();
 }
 
+// A map of strings, a null value read as "" (Go's decoding into map[string]string, so
+// `labels: {team: null}` is the label team="" to kubectl and the apiserver).
+void ReadStringMap(const json& obj, const char* key, std::map<std::string, std::string>& out) {
+  auto it = obj.find(key);
+  if (it == obj.end() || !it->is_object())
+    return;
+  for (const auto& [k, v] : it->items())
+    out[k] = v.is_null() ? std::string() : v.get<std::string>();
+}
+
 const json& Sub(const json& obj, const char* key) {
   static const json kEmpty = json::object();
   auto it = obj.find(key);
@@ -219,8 +229,8 @@ TrainingJob FromJson(const json& j) {
   Read(m, "namespace", job.metadata.name_space);
   Read(m, "uid", job.metadata.uid);
   Read(m, "generation", job.metadata.generation);
-  Read(m, "labels", job.metadata.labels);
-  Read(m, "annotations", job.metadata.annotations);
+  ReadStringMap(m, "labels", job.metadata.labels);
+  ReadStringMap(m, "annotations", job.metadata.annotations);
 
   const json& s = Sub(j, "spec");
   auto& spec = job.spec;

@@ -245,8 +245,20 @@ void Rows(const FieldSchema& f, const std::string& path, const std::vector<Locat
       constraints.push_back("no duplicates");
     if (p.list_type == "map")
       constraints.push_back("unique by `type`");
-    if (!p.format.empty())
+    // Kubernetes' own name rules on metadata, in words; other formats by their name.
+    if (p.format == "labels") {
+      constraints.push_back(
+          "keys qualified names (`[prefix/]name`); values empty or ≤ 63 "
+          "letters, digits, `-`, `_`, `.`");
+    } else if (p.format == "annotations") {
+      constraints.push_back("keys qualified names (`[prefix/]name`); ≤ 256 KiB in all");
+    } else if (p.format == "qualified-name") {
+      constraints.push_back("a qualified name (`[prefix/]name`)");
+    } else if (p.format == "name-prefix") {
+      constraints.push_back("a DNS subdomain, but for a last `-`");
+    } else if (!p.format.empty()) {
       constraints.push_back(p.format);
+    }
     for (const auto& r : rules) {
       if (r.ErrorPath() == child)
         constraints.push_back(r.rule->summary);

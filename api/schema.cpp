@@ -3,6 +3,7 @@
 #include "api/schema.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <optional>
 #include <regex>
@@ -39,7 +40,12 @@ class Def {
     f_.enum_values = std::move(values);
     return *this;
   }
+  // A whole number only: the apiserver (kube-openapi's MinimumInt) compares an integer value
+  // with the minimum truncated to an integer, so `minimum: 0.001` let 0 through. Use
+  // ExclusiveMin for "above a bound".
   Def& Min(double v) {
+    if (v != std::floor(v))
+      throw std::logic_error("schema: " + f_.name + ": a minimum must be a whole number");
     f_.minimum = v;
     return *this;
   }
@@ -51,6 +57,12 @@ class Def {
   }
   Def& Max(double v) {
     f_.maximum = v;
+    return *this;
+  }
+  // Not empty, with no maximum (a Kubernetes field the apiserver checks with "must not be
+  // empty").
+  Def& NotEmpty() {
+    f_.min_length = 1;
     return *this;
   }
   Def& Length(std::optional<int64_t> min, int64_t max) {
@@ -417,7 +429,7 @@ FieldSchema SpecDef() {
                       "Gradient all-reduce bucket size in MiB: each bucket's reduction starts "
                       "as soon as backward has finished its gradients.")
                       .Default(25)
-                      .Min(0.001)
+                      .ExclusiveMin(0)
                       .Max(4096),
                   Def("schedule", T::kString, "Pipeline schedule: GPipe or 1F1B.")
                       .Default("1F1B")
@@ -544,22 +556,50 @@ FieldSchema BuildSchema() {
                   Def("namespace", T::kString, "Namespace of the job.").Length(std::nullopt, 63),
                   Def("uid", T::kString, "Set by the apiserver."),
                   Def("generation", T::kInteger, "Set by the apiserver."),
-                  Def("labels", T::kStringMap, "Labels."),
-                  Def("annotations", T::kStringMap, "Annotations."),
+                  Def("labels", T::kStringMap, "Labels.").Format("labels"),
+                  Def("annotations", T::kStringMap, "Annotations.").Format("annotations"),
                   Def("generateName", T::kString,
                       "Prefix of a name the apiserver generates (kubectl create); tessera "
-                      "validate and run need a name."),
+                      "validate and run need a name.")
+                      .Format("name-prefix"),
                   Def("resourceVersion", T::kString, "Set by the apiserver."),
                   Def("selfLink", T::kString, "Set by the apiserver (deprecated)."),
                   time("creationTimestamp", "Set by the apiserver."),
                   time("deletionTimestamp", "Set by the apiserver."),
                   Def("deletionGracePeriodSeconds", T::kInteger, "Set by the apiserver."),
                   Def("finalizers", T::kArray, "Finalizers.")
-                      .Items(Def("", T::kString, "A finalizer name.")),
+                      .Items(Def("", T::kString, "A finalizer name.").Format("qualified-name")),
                   Def("ownerReferences", T::kArray, "Owners of the job.")
-                      .Items(Def("", T::kObject, "An owner reference.").PreserveUnknown()),
+                      .Items(
+                          Def("", T::kObject, "An owner reference.")
+                              .Props({
+                                  Def("apiVersion", T::kString, "API version of the owner.")
+                                      .Required()
+                                      .NotEmpty(),
+                                  Def("kind", T::kString, "Kind of the owner.")
+                                      .Required()
+                                      .NotEmpty(),
+                                  Def("name", T::kString, "Name of the owner.")
+                                      .Required()
+                                      .NotEmpty(),
+                                  Def("uid", T::kString, "UID of the owner.").Required().NotEmpty(),
+                                  Def("controller", T::kBoolean,
+                                      "Whether the owner is the managing controller."),
+                                  Def("blockOwnerDeletion", T::kBoolean,
+                                      "Whether the owner waits for this job's deletion."),
+                              })),
                   Def("managedFields", T::kArray, "Set by the apiserver (server-side apply).")
-                      .Items(Def("", T::kObject, "A managed-fields entry.").PreserveUnknown()),
+                      .Items(Def("", T::kObject, "A managed-fields entry.")
+                                 .Props({
+                                     Def("manager", T::kString, "Who manages the fields."),
+                                     Def("operation", T::kString, "Apply or Update."),
+                                     Def("apiVersion", T::kString, "Version of the fields."),
+                                     time("time", "When the entry was last changed."),
+                                     Def("fieldsType", T::kString, "Format of fieldsV1."),
+                                     Def("fieldsV1", T::kObject, "The managed fields.")
+                                         .PreserveUnknown(),
+                                     Def("subresource", T::kString, "Subresource, if any."),
+                                 })),
               }),
           SpecDef(),
           StatusDef(),
@@ -692,6 +732,67 @@ std::optional<std::string> GoRfc3339Problem(std::string_view s) {
   return std::nullopt;
 }
 
+// Kubernetes' checks of names in metadata (k8s.io/apimachinery/pkg/util/validation), which the
+// apiserver applies to every object it creates, a TrainingJob included. Character loops, not
+// std::regex (see Def::Pattern).
+bool IsAlnum(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
+bool IsLowerAlnum(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+}
+
+// IsDNS1123Subdomain: at most 253 characters; dot-separated parts of [a-z0-9-], each starting and
+// ending with [a-z0-9].
+bool IsDns1123Subdomain(std::string_view s) {
+  if (s.empty() || s.size() > 253)
+    return false;
+  size_t start = 0;
+  while (true) {
+    const size_t dot = std::min(s.find('.', start), s.size());
+    const std::string_view part = s.substr(start, dot - start);
+    if (part.empty() || !IsLowerAlnum(part.front()) || !IsLowerAlnum(part.back()))
+      return false;
+    for (char c : part) {
+      if (!IsLowerAlnum(c) && c != '-')
+        return false;
+    }
+    if (dot == s.size())
+      return true;
+    start = dot + 1;
+  }
+}
+
+// The name part of a qualified name, and a label value when not empty: at most 63 characters of
+// [A-Za-z0-9-_.], starting and ending with a letter or digit.
+bool IsNamePart(std::string_view s) {
+  if (s.empty() || s.size() > 63 || !IsAlnum(s.front()) || !IsAlnum(s.back()))
+    return false;
+  return std::all_of(s.begin(), s.end(),
+                     [](char c) { return IsAlnum(c) || c == '-' || c == '_' || c == '.'; });
+}
+
+// IsQualifiedName: `name` or `prefix/name`, the prefix a DNS subdomain (label, annotation and
+// finalizer names).
+bool IsQualifiedName(std::string_view s) {
+  const size_t slash = s.find('/');
+  if (slash == std::string_view::npos)
+    return IsNamePart(s);
+  return s.find('/', slash + 1) == std::string_view::npos &&
+         IsDns1123Subdomain(s.substr(0, slash)) && IsNamePart(s.substr(slash + 1));
+}
+
+constexpr const char* kQualifiedName =
+    "must be a qualified name: an optional DNS-subdomain prefix and '/', then at most 63 "
+    "letters, digits, '-', '_' or '.', starting and ending with a letter or digit";
+constexpr int64_t kMaxAnnotationBytes = 256 * 1024;  // keys and values together
+
+// A string quoted for a message, long ones by their first 64 characters.
+std::string Quoted(const std::string& s) {
+  const size_t shown = Utf8Offset(s, 64);
+  return "\"" + s.substr(0, shown) + (shown < s.size() ? "...\"" : "\"");
+}
+
 struct Checker {
   std::vector<FieldError> errors;
   bool structural_ok = true;
@@ -703,8 +804,11 @@ struct Checker {
   void Walk(const json& v, const FieldSchema& f, const std::string& path) {
     if (v.is_null()) {
       // Non-nullable nulls were dropped by ApplySchemaDefaults, as the apiserver prunes them.
-      if (!f.nullable)
+      // The ones left are array items, which the decoder cannot read either.
+      if (!f.nullable) {
         Add(path, "must not be null");
+        structural_ok = false;
+      }
       return;
     }
     if (!TypeMatches(f, v)) {
@@ -750,6 +854,21 @@ struct Checker {
                       " (lowercase letters, digits and '-', starting "
                       "with a letter)");
       }
+      if (f.format == "qualified-name" && !IsQualifiedName(s))
+        Add(path, std::string(kQualifiedName) + " (got " + Quoted(s) + ")");
+      // metadata.generateName: the prefix of a name, so it may end with '-' (the apiserver
+      // checks it with its last '-' taken for a letter).
+      if (f.format == "name-prefix" && !s.empty()) {
+        std::string masked = s;
+        if (masked.size() > 1 && masked.back() == '-')
+          masked.back() = 'a';
+        if (!IsDns1123Subdomain(masked)) {
+          Add(path,
+              "must be a DNS subdomain prefix: lowercase letters, digits, '-' and '.', starting "
+              "with a letter or digit (got " +
+                  Quoted(s) + ")");
+        }
+      }
       if (f.format == "date-time") {
         if (const std::optional<std::string> problem = GoRfc3339Problem(s)) {
           // A time is short; anything long is shown by its first 64 characters.
@@ -761,11 +880,37 @@ struct Checker {
       }
     }
     if (f.type == T::kStringMap) {
+      // A null value is read as "" (Go's decoding into map[string]string), as kubectl does.
+      int64_t bytes = 0;
       for (const auto& [key, value] : v.items()) {
-        if (!value.is_string()) {
+        if (!value.is_string() && !value.is_null()) {
           Add(Join(path, key), "must be string, not " + JsonTypeName(value));
           structural_ok = false;
+          continue;
         }
+        const std::string text = value.is_string() ? value.get<std::string>() : "";
+        bytes += static_cast<int64_t>(key.size() + text.size());
+        // The apiserver names the map, with the key or value in its message.
+        if (f.format == "labels") {
+          if (!IsQualifiedName(key))
+            Add(path, "key " + Quoted(key) + " " + kQualifiedName);
+          if (!text.empty() && !IsNamePart(text)) {
+            Add(path, "value " + Quoted(text) + " of " + Quoted(key) +
+                          " must be empty or at most 63 letters, digits, '-', '_' or '.', "
+                          "starting and ending with a letter or digit");
+          }
+        }
+        if (f.format == "annotations") {
+          std::string lower = key;
+          std::transform(lower.begin(), lower.end(), lower.begin(),
+                         [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+          if (!IsQualifiedName(lower))
+            Add(path, "key " + Quoted(key) + " " + kQualifiedName);
+        }
+      }
+      if (f.format == "annotations" && bytes > kMaxAnnotationBytes) {
+        Add(path, "must have at most " + std::to_string(kMaxAnnotationBytes) +
+                      " bytes of keys and values in all (has " + std::to_string(bytes) + ")");
       }
     }
     if (f.type == T::kArray) {

@@ -56,7 +56,10 @@ struct FieldSchema {
   std::optional<int64_t> max_length;
   std::optional<int64_t> max_items;
   std::optional<int64_t> max_properties;
-  std::string format;   // e.g. "date-time"
+  // "date-time" (also in the CRD), or one of Kubernetes' name rules on metadata, which the
+  // apiserver applies itself: "labels" and "annotations" (a string map's keys, values, size),
+  // "qualified-name" (a finalizer), "name-prefix" (generateName).
+  std::string format;
   std::string pattern;  // ECMA regular expression a string must match (needs max_length)
   // `pattern`, compiled once when the schema is built (a compile per check was over 80% of
   // decoding a job, and the controller decodes on every reconcile).
