@@ -7,6 +7,8 @@
 #include "api/rules.h"
 
 #include <algorithm>
+#include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -47,6 +49,17 @@ std::string ModelFieldCel(const std::string& model, const std::string& field,
   return "(has(" + model + "." + field + ") ? " + model + "." + field + " : " + chain + ")";
 }
 
+// a × b, or nullopt when it overflows an int64: CEL's integer arithmetic then fails the rule
+// (an evaluation error refuses the object), and C++'s would be undefined.
+std::optional<int64_t> Mul(int64_t a, int64_t b) {
+  int64_t product = 0;
+  if (__builtin_mul_overflow(a, b, &product))
+    return std::nullopt;
+  return product;
+}
+
+constexpr const char* kOverflows = "the product overflows a 64-bit integer";
+
 // The effective model value in C++ after ApplyDefaults (presets expanded); 0 when unknown.
 int64_t Get(const std::optional<int64_t>& v) {
   return v.value_or(0);
@@ -61,16 +74,19 @@ int64_t EffectiveProcsPerWorker(const TrainingJobSpec& spec) {
 }
 
 int64_t WorldSize(const TrainingJobSpec& spec) {
-  return spec.workers * EffectiveProcsPerWorker(spec);
+  const int64_t procs = EffectiveProcsPerWorker(spec);
+  return Mul(spec.workers, procs)
+      .value_or((spec.workers < 0) == (procs < 0) ? std::numeric_limits<int64_t>::max()
+                                                  : std::numeric_limits<int64_t>::min());
 }
 
 int64_t EffectiveData(const TrainingJobSpec& spec) {
   if (spec.parallelism.data)
     return *spec.parallelism.data;
-  const int64_t pt = spec.parallelism.pipeline * spec.parallelism.tensor;
-  if (pt <= 0 || WorldSize(spec) % pt != 0)
+  const std::optional<int64_t> pt = Mul(spec.parallelism.pipeline, spec.parallelism.tensor);
+  if (!pt || *pt <= 0 || WorldSize(spec) % *pt != 0)
     return 0;
-  return WorldSize(spec) / pt;
+  return WorldSize(spec) / *pt;
 }
 
 bool WorkerHasCommand(const nlohmann::json& pod_template) {
@@ -142,11 +158,15 @@ std::vector<CrossFieldRule> SpecRules() {
         const auto& p = s.parallelism;
         if (!p.data)
           return std::nullopt;
-        const int64_t product = *p.data * p.pipeline * p.tensor;
-        if (product == WorldSize(s))
+        const std::optional<int64_t> data_pipeline = Mul(*p.data, p.pipeline);
+        const std::optional<int64_t> product =
+            data_pipeline ? Mul(*data_pipeline, p.tensor) : std::nullopt;
+        if (!product || !Mul(s.workers, EffectiveProcsPerWorker(s)))
+          return std::string(kOverflows);
+        if (*product == WorldSize(s))
           return std::nullopt;
         return to_string(*p.data) + "x" + to_string(p.pipeline) + "x" + to_string(p.tensor) +
-               " = " + to_string(product) + ", but " + to_string(s.workers) + "x" +
+               " = " + to_string(*product) + ", but " + to_string(s.workers) + "x" +
                to_string(EffectiveProcsPerWorker(s)) + " = " + to_string(WorldSize(s));
       },
   });
@@ -164,9 +184,12 @@ std::vector<CrossFieldRule> SpecRules() {
         const auto& p = s.parallelism;
         if (p.data || p.pipeline < 1 || p.tensor < 1)
           return std::nullopt;
-        if (WorldSize(s) % (p.pipeline * p.tensor) == 0)
+        const std::optional<int64_t> pt = Mul(p.pipeline, p.tensor);
+        if (!pt || !Mul(s.workers, EffectiveProcsPerWorker(s)))
+          return std::string(kOverflows);
+        if (WorldSize(s) % *pt == 0)
           return std::nullopt;
-        return to_string(p.pipeline * p.tensor) + " does not divide " + to_string(WorldSize(s));
+        return to_string(*pt) + " does not divide " + to_string(WorldSize(s));
       },
   });
 
@@ -222,7 +245,12 @@ std::vector<CrossFieldRule> SpecRules() {
         const int64_t g = *job.spec.trainer->batch.global;
         const int64_t d = EffectiveData(job.spec);
         const int64_t m = job.spec.parallelism.micro_batches;
-        if (d < 1 || m < 1 || g % (d * m) == 0)
+        if (d < 1 || m < 1)
+          return std::nullopt;
+        const std::optional<int64_t> dm = Mul(d, m);
+        if (!dm)
+          return std::string(kOverflows);
+        if (g % *dm == 0)
           return std::nullopt;
         return to_string(g) + " is not divisible by " + to_string(d) + "x" + to_string(m);
       },

@@ -22,7 +22,8 @@ std::vector<CrossFieldRule> MetricsRules();     // at spec.metrics
 
 // Effective values of computed defaults, the same arithmetic the CEL rules spell out.
 int64_t EffectiveProcsPerWorker(const TrainingJobSpec& spec);
-// data × pipeline × tensor must equal this.
+// data × pipeline × tensor must equal this: workers × procsPerWorker, saturated at int64's
+// limits (a valid job is far below them; validation refuses one that overflows).
 int64_t WorldSize(const TrainingJobSpec& spec);
 // spec.parallelism.data, or world / (pipeline × tensor) when absent (0 when not derivable).
 int64_t EffectiveData(const TrainingJobSpec& spec);

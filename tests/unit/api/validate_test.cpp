@@ -2,11 +2,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "api/codec.h"
+#include "api/rules.h"
 #include "api/validate.h"
 
 namespace tessera::api {
@@ -483,6 +485,31 @@ TEST(Validate, MessagesCarryTheValues) {
   EXPECT_EQ(FormatError(errors[0]),
             "spec.parallelism.tensor: tensor must divide spec.trainer.model.heads (3 does not "
             "divide 4)");
+}
+
+// Products of values near int64's limits (refused by their bounds too) fail their rule, as
+// CEL's overflowing arithmetic does, instead of wrapping (undefined in C++: once "= -2").
+TEST(Validate, AProductThatOverflowsFailsItsRule) {
+  const int64_t huge = std::numeric_limits<int64_t>::max() / 2 + 1;
+  json doc = Base();
+  doc["spec"]["workers"] = 2;
+  doc["spec"]["parallelism"] = {{"data", huge}, {"pipeline", 2}, {"tensor", 1}};
+  doc["spec"]["trainer"]["batch"]["global"] = 16;
+  std::vector<std::string> lines;
+  for (const auto& e : ValidateDocument(doc))
+    lines.push_back(FormatError(e));
+  EXPECT_NE(std::find(lines.begin(), lines.end(),
+                      "spec.parallelism: data x pipeline x tensor must equal workers x "
+                      "procsPerWorker (the product overflows a 64-bit integer)"),
+            lines.end())
+      << testing::PrintToString(lines);
+  for (const std::string& line : lines)
+    EXPECT_EQ(line.find("= -"), std::string::npos) << line;
+
+  TrainingJobSpec spec;
+  spec.workers = huge;
+  spec.procs_per_worker = 4;
+  EXPECT_EQ(WorldSize(spec), std::numeric_limits<int64_t>::max());
 }
 
 TEST(Validate, ExclusiveMinimumSaysAboveAndTheValue) {
