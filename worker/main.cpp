@@ -238,17 +238,28 @@ int RunRank(const std::string& config_path, const std::vector<std::string>& over
   g_trainer = nullptr;
   if (!st.ok())
     return Fail(st);
-  if (g_signal != 0) {
+  if (g_signal != 0 && result.steps_completed < config.schedule.steps) {
     spdlog::info("stopped by signal {} at step {}", static_cast<int>(g_signal),
                  result.steps_completed);
     return 128 + g_signal;
+  }
+  if (g_signal != 0) {
+    // It came during the last step (or after it): what it asks for, finish the step and write
+    // a checkpoint, is what the end of the run does. The run is finished; 143 would fail the
+    // attempt (a gang restart to find the last checkpoint, or a Failed job without restarts).
+    spdlog::info("signal {} came at the end of the run: all {} steps are done",
+                 static_cast<int>(g_signal), result.steps_completed);
   }
   if (result.steps_completed < config.schedule.steps) {
     // Another rank was stopped by a signal and this one stopped with it, at the same step.
     // Exit 0 would say the run is finished (worker 0's 0 makes the job Succeeded): exit 143, as
     // a rank stopped by SIGTERM does, so the gang is resumed from the checkpoint just written.
-    spdlog::info("stopped at step {} of {} with the rank a signal stopped", result.steps_completed,
-                 config.schedule.steps);
+    const std::string which =
+        result.signaled_rank >= 0   ? fmt::format("rank {}, which", result.signaled_rank)
+        : result.signaled_ranks > 1 ? fmt::format("the {} ranks", result.signaled_ranks)
+                                    : std::string("the rank");
+    spdlog::info("stopped at step {} of {} with {} a signal stopped", result.steps_completed,
+                 config.schedule.steps, which);
     return 128 + SIGTERM;
   }
   return 0;

@@ -116,7 +116,7 @@ void BecomeSubreaper() {
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
 }
 
-std::vector<std::pair<pid_t, int>> ReapExitedChildren() {
+std::vector<std::pair<pid_t, int>> ReapExitedChildren(std::vector<pid_t>* killed_by_signal) {
   std::vector<std::pair<pid_t, int>> exited;
   while (true) {
     int status = 0;
@@ -127,6 +127,8 @@ std::vector<std::pair<pid_t, int>> ReapExitedChildren() {
       exited.emplace_back(pid, WEXITSTATUS(status));
     } else if (WIFSIGNALED(status)) {
       exited.emplace_back(pid, 128 + WTERMSIG(status));
+      if (killed_by_signal != nullptr)
+        killed_by_signal->push_back(pid);
     }
   }
   return exited;

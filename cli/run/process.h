@@ -46,8 +46,11 @@ void BecomeSubreaper();
 
 // Reaps every child (or adopted orphan) that has exited, without blocking: (pid, exit code)
 // pairs, the exit code being 128 + signal number for a process killed by a signal, as
-// Kubernetes reports it.
-std::vector<std::pair<pid_t, int>> ReapExitedChildren();
+// Kubernetes reports it. Since a process may also exit with such a code itself (a trainer
+// stopped by SIGTERM exits 143 after its checkpoint), `killed_by_signal`, when given, receives
+// the pids of those that a signal killed.
+std::vector<std::pair<pid_t, int>> ReapExitedChildren(
+    std::vector<pid_t>* killed_by_signal = nullptr);
 
 // A free TCP port on 127.0.0.1 at the time of the call (bound to port 0, then released).
 // Returns 0 when none could be had.

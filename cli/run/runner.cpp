@@ -118,8 +118,11 @@ int TerminalWidth() {
   return 100;
 }
 
-std::string SignalDescription(int code) {
-  if (code > 128 && code < 128 + 65) {
+// `signaled`: the process was killed by signal code - 128; otherwise it exited with `code`
+// itself, which a rank also does above 128 (143 after a checkpoint, stopped by SIGTERM or with
+// the rank a signal stopped).
+std::string SignalDescription(int code, bool signaled) {
+  if (signaled && code > 128 && code < 128 + 65) {
     const char* name = ::sigabbrev_np(code - 128);
     return fmt::format("killed by signal {} (SIG{})", code - 128, name ? name : "?");
   }
@@ -134,6 +137,7 @@ struct Rank {
   int metrics_port = 0;
   std::string log_path;
   std::optional<int> exit_code;
+  bool signaled = false;  // exit_code is 128 + the signal that killed it
   std::optional<lifecycle::TimePoint> finished_at;
 };
 
@@ -280,7 +284,8 @@ void LocalRun::ClearBar() {
 
 void LocalRun::Reap() {
   std::map<pid_t, int> exited;
-  for (const auto& [pid, code] : ReapExitedChildren())
+  std::vector<pid_t> killed_by_signal;
+  for (const auto& [pid, code] : ReapExitedChildren(&killed_by_signal))
     exited[pid] = code;  // ranks, and orphans of ranks adopted as subreaper (ignored)
   // One time for every exit seen in this poll: their order within it is unknown, so the
   // lifecycle's tie rule decides which to blame, not the order of this loop.
@@ -293,6 +298,8 @@ void LocalRun::Reap() {
       if (it == exited.end())
         continue;
       r.exit_code = it->second;
+      r.signaled = std::find(killed_by_signal.begin(), killed_by_signal.end(), r.pid) !=
+                   killed_by_signal.end();
       r.finished_at = now;
       // Whatever the rank left behind in its group goes with it.
       Signal(r.pid, SIGKILL);
@@ -302,9 +309,9 @@ void LocalRun::Reap() {
     const Rank* failed = worker.FirstFailure();
     if (failed != nullptr && !worker.failure_reported && !worker.deleting) {
       worker.failure_reported = true;
-      std::string text =
-          fmt::format("worker-{} rank {} (pid {}) {}; last lines of {}:", index, failed->rank,
-                      failed->pid, SignalDescription(*failed->exit_code), failed->log_path);
+      std::string text = fmt::format(
+          "worker-{} rank {} (pid {}) {}; last lines of {}:", index, failed->rank, failed->pid,
+          SignalDescription(*failed->exit_code, failed->signaled), failed->log_path);
       for (const std::string& line : TailLines(failed->log_path, 5))
         text += "\n  | " + line;
       Say(text);
@@ -341,8 +348,9 @@ lifecycle::Observation LocalRun::Observe() {
       w.phase = lifecycle::WorkerPhase::kFailed;
       w.exit_code = *failed->exit_code;
       w.finished_at = failed->finished_at;
-      w.reason = *failed->exit_code > 128 ? "Signaled" : "Error";
-      w.message = fmt::format("rank {} {}", failed->rank, SignalDescription(*failed->exit_code));
+      w.reason = failed->signaled ? "Signaled" : "Error";
+      w.message = fmt::format("rank {} {}", failed->rank,
+                              SignalDescription(*failed->exit_code, failed->signaled));
     } else if (worker.AllExited()) {
       w.phase = lifecycle::WorkerPhase::kSucceeded;
       w.exit_code = 0;
@@ -596,6 +604,7 @@ void LocalRun::LeaveBehindTheRunning(LocalWorker& worker) {
         "going on without it",
         r.rank, r.pid, options_.reap_after_kill_seconds, worker::KernelState(r.pid)));
     r.exit_code = 128 + SIGKILL;
+    r.signaled = true;
     r.finished_at = std::chrono::system_clock::now();
     left_behind_.insert(r.pid);
   }

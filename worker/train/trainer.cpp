@@ -136,6 +136,11 @@ struct Trainer::Impl {
   double flops_per_token = 0;
   double last_loss = 0;
   std::optional<double> last_val_loss;
+  // Set by TrainStep from the world's stop wishes: how many ranks wished to stop after the
+  // step, and the sum of their ranks (the rank itself when one did), so that the ranks that
+  // stop with it can say which.
+  int stop_wishers = 0;
+  int64_t stop_wisher_rank_sum = 0;
 
   Status Resume(int64_t checkpoint_step);
   Status SaveCheckpoint();
@@ -537,12 +542,15 @@ double Trainer::Impl::TrainStep(double lr, bool stop_here, double* grad_norm, bo
   // data rank holds a shard, otherwise the data ranks hold the same reduced gradient and data
   // rank 0 alone contributes; replicated values count where norm_mask says.
   const bool norm_here = zero || coords.data == 0;
-  double sums[3] = {reports_loss() ? loss : 0.0,
-                    norm_here ? CountedSumOfSquares(grads, counted) : 0.0, stop_here ? 1.0 : 0.0};
+  double sums[4] = {reports_loss() ? loss : 0.0,
+                    norm_here ? CountedSumOfSquares(grads, counted) : 0.0, stop_here ? 1.0 : 0.0,
+                    stop_here ? static_cast<double>(rank.rank) : 0.0};
   SumOverRanks(sums);
   loss = sums[0] / data_ranks();
   *grad_norm = std::sqrt(sums[1]);
   *stop_any = sums[2] > 0;
+  stop_wishers = static_cast<int>(std::lround(sums[2]));
+  stop_wisher_rank_sum = std::llround(sums[3]);
   if (!std::isfinite(loss) || !std::isfinite(*grad_norm))
     return loss;  // the caller reports divergence; nothing is updated
   ClipToNorm(grads, *grad_norm, c.optimizer.grad_clip);
@@ -573,10 +581,12 @@ double Trainer::Impl::GpuTrainStep(double lr, bool stop_here, double* grad_norm,
     metrics->RecordComm("all_reduce", "data", stats.exposed_seconds,
                         static_cast<double>(stats.bytes));
   }
-  double sums[2] = {loss, stop_here ? 1.0 : 0.0};
+  double sums[3] = {loss, stop_here ? 1.0 : 0.0, stop_here ? static_cast<double>(rank.rank) : 0.0};
   SumOverRanks(sums);
   loss = sums[0] / data_ranks();
   *stop_any = sums[1] > 0;
+  stop_wishers = static_cast<int>(std::lround(sums[1]));
+  stop_wisher_rank_sum = std::llround(sums[2]);
   *grad_norm = gpu->Step(config.optimizer, lr);
   return loss;
 }
@@ -884,6 +894,10 @@ Status Trainer::RunSteps(const RunOptions& options, TrainResult* result) {
     }
     if (stop) {
       result->stopped = true;
+      if (s.world_group) {
+        result->signaled_ranks = s.stop_wishers;
+        result->signaled_rank = s.stop_wishers == 1 ? s.stop_wisher_rank_sum : -1;
+      }
       break;
     }
   }

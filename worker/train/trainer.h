@@ -50,6 +50,11 @@ struct TrainResult {
   std::vector<float> losses;       // training loss of each step this Run executed
   std::optional<double> val_loss;  // the last validation loss
   bool stopped = false;            // RequestStop or stop_after_step ended the run early
+  // With several ranks, when RequestStop (tessera-worker's signal handler) on some of them
+  // ended the run: on how many, and the rank when it was one (else -1). Every rank stops at
+  // that step; these let the others say why.
+  int signaled_ranks = 0;
+  int64_t signaled_rank = -1;
 };
 
 class Trainer {

@@ -523,4 +523,28 @@ TEST_F(TrainE2E, SignalWritesACheckpointAndExits128PlusTheSignal) {
   }
 }
 
+// A signal that comes during the last step asks for what the run does anyway: it finishes
+// the step, evaluates and writes the final checkpoint. The run is then finished, and exit 0
+// says so; it used to exit 143, which failed the attempt of a run that had trained every step
+// (a gang restart to find the last checkpoint, or with backoffLimit 0 a Failed job). The
+// final evaluation over 64 x 16 windows keeps the rank busy for a while after step 1.
+TEST_F(TrainE2E, ASignalDuringTheLastStepStillEndsTheFinishedRunWithZero) {
+  const fs::path config = WriteConfig((fs::path(source_) / "data/tinyshakespeare.txt").string());
+  const fs::path ckpt = dir_ / "ckpt";
+  Worker w({worker_, "rank", "--config", config.string(), "--set", "schedule.steps=2", "--set",
+            "schedule.warmupSteps=1", "--set", "schedule.evalEvery=0", "--set",
+            "schedule.evalBatches=64", "--threads", "1"},
+           {"TESSERA_METRICS_PORT=-1", "TESSERA_CHECKPOINT_DIR=" + ckpt.string()},
+           dir_ / "last-step.log");
+  ASSERT_TRUE(WaitFor([&] { return w.log().find("step 1/2 ") != std::string::npos; },
+                      std::chrono::seconds(120)))
+      << w.log();
+  w.Signal(SIGTERM);
+  const std::optional<int> code = w.Wait(std::chrono::seconds(120));
+  ASSERT_TRUE(code.has_value()) << w.log();
+  EXPECT_EQ(*code, 0) << w.log();
+  EXPECT_NE(w.log().find("done: 2 steps"), std::string::npos) << w.log();
+  EXPECT_TRUE(fs::exists(ckpt / "step-2" / "meta.json")) << w.log();
+}
+
 }  // namespace

@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -59,8 +60,10 @@ class ProcessTest : public ::testing::Test {
   int WaitForExit(pid_t pid) {
     const auto deadline = std::chrono::steady_clock::now() + 10s;
     while (std::chrono::steady_clock::now() < deadline) {
-      for (const auto& [p, code] : ReapExitedChildren())
+      std::vector<pid_t> killed;
+      for (const auto& [p, code] : ReapExitedChildren(&killed))
         reaped_[p] = code;
+      killed_by_signal_.insert(killed.begin(), killed.end());
       if (reaped_.count(pid))
         return reaped_[pid];
       std::this_thread::sleep_for(5ms);
@@ -72,6 +75,7 @@ class ProcessTest : public ::testing::Test {
 
   fs::path dir_;
   std::map<pid_t, int> reaped_;
+  std::set<pid_t> killed_by_signal_;  // of reaped_, those a signal killed
 };
 
 TEST_F(ProcessTest, TheSpecsEnvironmentIsAddedToTheRunnersAndOverridesIt) {
@@ -211,6 +215,15 @@ TEST_F(ProcessTest, ExitCodesAreReapedAsTheyAreAndSignalNAs128PlusN) {
   EXPECT_EQ(WaitForExit(exits), 3);
   EXPECT_EQ(WaitForExit(killed), 128 + SIGKILL);
   EXPECT_EQ(WaitForExit(terminated), 128 + SIGTERM);
+  EXPECT_EQ(killed_by_signal_, (std::set<pid_t>{killed, terminated}));
+}
+
+// A trainer stopped by SIGTERM exits 143 itself, after its checkpoint: the same code as a
+// process that SIGTERM killed, which only the signal set tells apart.
+TEST_F(ProcessTest, AnExitWithCode143IsNotASignal) {
+  const pid_t exits = StartShell("exit 143");
+  EXPECT_EQ(WaitForExit(exits), 143);
+  EXPECT_EQ(killed_by_signal_.count(exits), 0u);
 }
 
 TEST_F(ProcessTest, AGroupExistsWhileAnyMemberIsLeftAndASignalReachesEveryMember) {

@@ -367,6 +367,34 @@ TEST(RunnerOutcomeTest, ARankExitingWith128WasNotKilledByASignal) {
       << job.Summary()["message"];
 }
 
+// A built-in rank that a signal stopped, and every rank that stopped with it, exits 143
+// itself after its checkpoint: no signal killed it, and none may be named (after SIGTERM to
+// rank 1 alone, rank 0 was reported "killed by signal 15 (SIGTERM)").
+TEST(RunnerOutcomeTest, ARankExitingWith143ItselfWasNotKilledBySigterm) {
+  LocalJob job(1, 1, "exit 143\n");
+  EXPECT_EQ(job.Run(), kRunFailed);
+  EXPECT_EQ(job.RankExitCode(0), 143);
+  EXPECT_NE(job.Out().find(") exited with code 143; last lines of"), std::string::npos)
+      << job.Out();
+  EXPECT_EQ(job.Out().find("killed by signal"), std::string::npos) << job.Out();
+  EXPECT_NE(
+      job.Summary()["message"].get<std::string>().find("(Error: rank 0 exited with code 143)"),
+      std::string::npos)
+      << job.Summary()["message"];
+}
+
+TEST(RunnerOutcomeTest, ARankKilledBySigtermIsSaidToBe) {
+  LocalJob job(1, 1, "kill -TERM $$\n");
+  EXPECT_EQ(job.Run(), kRunFailed);
+  EXPECT_EQ(job.RankExitCode(0), 143);
+  EXPECT_NE(job.Out().find(") killed by signal 15 (SIGTERM); last lines of"), std::string::npos)
+      << job.Out();
+  EXPECT_NE(job.Summary()["message"].get<std::string>().find(
+                "(Signaled: rank 0 killed by signal 15 (SIGTERM))"),
+            std::string::npos)
+      << job.Summary()["message"];
+}
+
 TEST(RunnerOutcomeTest, ARankThatOutlivesSigkillWhenTheRunnerIsStoppedIsLeftBehindNamed) {
   // SIGKILL lost, as for a process stuck in the kernel; the rank ignores SIGTERM.
   LocalJob job(1, 1, "trap '' TERM; kill -TERM $PPID; exec sleep 30\n");
