@@ -348,14 +348,22 @@ std::optional<std::string> Controller::EnsureCreated(const k8s::ResourceRef& ref
     return what + created.error().ToString();
   if (owner_uid.empty())
     return std::nullopt;
-  auto existing = client_.Get(ref.Named(name));
+  return ExistingOwnedBy(ref.Named(name), owner_uid, what,
+                         "the workers are created once it is gone: delete it, or give the job "
+                         "another name");
+}
+
+std::optional<std::string> Controller::ExistingOwnedBy(const k8s::ResourceRef& named,
+                                                       const std::string& owner_uid,
+                                                       const std::string& what,
+                                                       const std::string& then) {
+  auto existing = client_.Get(named);
   if (!existing.ok())
     return what + "exists already, then reading it failed: " + existing.error().ToString();
   if (ControlledBy(*existing, owner_uid))
     return std::nullopt;
   return what + "one of that name exists that this job does not own (its controller: " +
-         DescribeController(*existing) +
-         "); the workers are created once it is gone: delete it, or give the job another name";
+         DescribeController(*existing) + "); " + then;
 }
 
 void Controller::RecordEvents(const std::string& key, const Json& job,
@@ -439,14 +447,9 @@ std::optional<std::string> Controller::CreatePods(const std::string& key, const 
         // done. A pod of that name this job does not own (an earlier job's, not yet collected,
         // or anyone's) would hold the worker unseen until the startup timeout: said instead,
         // and retried with back-off until it is gone.
-        auto existing = client_.Get(k8s::Pods(ns).Named(name));
-        if (!existing.ok())
-          return what + "exists already, then reading it failed: " + existing.error().ToString();
-        if (ControlledBy(*existing, uid))
-          return std::nullopt;
-        return what + "a pod of that name exists that this job does not own (its controller: " +
-               DescribeController(*existing) +
-               "); the worker is created once it is gone: delete it unless it is on its way out";
+        return ExistingOwnedBy(
+            k8s::Pods(ns).Named(name), uid, what,
+            "the worker is created once it is gone: delete it unless it is on its way out");
       });
 }
 

@@ -121,6 +121,12 @@ class Controller {
   void Forget(const std::string& key);
   // Creates `object`; one that exists already counts as created, but for one whose controller
   // is not `owner_uid` when that is given (an error then names its controller).
+  // After a create of `named` was answered "already exists": nullopt when the object there is
+  // `owner_uid`'s (an earlier create of this job, unseen by the cache), else `what` and a line
+  // naming its controller, then `then` (what happens next).
+  std::optional<std::string> ExistingOwnedBy(const k8s::ResourceRef& named,
+                                             const std::string& owner_uid, const std::string& what,
+                                             const std::string& then);
   std::optional<std::string> EnsureCreated(const k8s::ResourceRef& ref,
                                            const nlohmann::json& object,
                                            const std::string& owner_uid = "");

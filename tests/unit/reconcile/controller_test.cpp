@@ -990,7 +990,7 @@ TEST_F(ControllerTest, APodOfAWorkersNameThatTheJobDoesNotOwnIsSaidAndWaitedFor)
   const ReconcileOutcome out = controller_->Reconcile("ml/gpt");
   EXPECT_EQ(out.result, ReconcileOutcome::Result::kError);
   EXPECT_EQ(out.error,
-            "create pod ml/gpt-worker-1: a pod of that name exists that this job does not own "
+            "create pod ml/gpt-worker-1: one of that name exists that this job does not own "
             "(its controller: TrainingJob gpt (uid uid-of-an-earlier-gpt)); the worker is created "
             "once it is gone: delete it unless it is on its way out");
   EXPECT_EQ(FailedCreateEvents(), 1u);
