@@ -116,19 +116,17 @@ void BecomeSubreaper() {
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
 }
 
-std::vector<std::pair<pid_t, int>> ReapExitedChildren(std::vector<pid_t>* killed_by_signal) {
-  std::vector<std::pair<pid_t, int>> exited;
+std::vector<ReapedChild> ReapExitedChildren() {
+  std::vector<ReapedChild> exited;
   while (true) {
     int status = 0;
     const pid_t pid = ::waitpid(-1, &status, WNOHANG);
     if (pid <= 0)
       break;
     if (WIFEXITED(status)) {
-      exited.emplace_back(pid, WEXITSTATUS(status));
+      exited.push_back({pid, WEXITSTATUS(status), false});
     } else if (WIFSIGNALED(status)) {
-      exited.emplace_back(pid, 128 + WTERMSIG(status));
-      if (killed_by_signal != nullptr)
-        killed_by_signal->push_back(pid);
+      exited.push_back({pid, 128 + WTERMSIG(status), true});
     }
   }
   return exited;

@@ -44,13 +44,17 @@ bool ProcessGroupExists(pid_t pgid);
 // lingering as another process's zombie. Process-wide; call once before starting ranks.
 void BecomeSubreaper();
 
-// Reaps every child (or adopted orphan) that has exited, without blocking: (pid, exit code)
-// pairs, the exit code being 128 + signal number for a process killed by a signal, as
-// Kubernetes reports it. Since a process may also exit with such a code itself (a trainer
-// stopped by SIGTERM exits 143 after its checkpoint), `killed_by_signal`, when given, receives
-// the pids of those that a signal killed.
-std::vector<std::pair<pid_t, int>> ReapExitedChildren(
-    std::vector<pid_t>* killed_by_signal = nullptr);
+// A child reaped: its exit code is 128 + the signal number for a process killed by a signal, as
+// Kubernetes reports it; since a process may also exit with such a code itself (a trainer
+// stopped by SIGTERM exits 143 after its checkpoint), `signaled` says which it was.
+struct ReapedChild {
+  pid_t pid = 0;
+  int code = 0;
+  bool signaled = false;
+};
+
+// Reaps every child (or adopted orphan) that has exited, without blocking.
+std::vector<ReapedChild> ReapExitedChildren();
 
 // A free TCP port on 127.0.0.1 at the time of the call (bound to port 0, then released).
 // Returns 0 when none could be had.

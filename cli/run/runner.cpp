@@ -283,10 +283,9 @@ void LocalRun::ClearBar() {
 }
 
 void LocalRun::Reap() {
-  std::map<pid_t, int> exited;
-  std::vector<pid_t> killed_by_signal;
-  for (const auto& [pid, code] : ReapExitedChildren(&killed_by_signal))
-    exited[pid] = code;  // ranks, and orphans of ranks adopted as subreaper (ignored)
+  std::map<pid_t, ReapedChild> exited;
+  for (const ReapedChild& child : ReapExitedChildren())
+    exited[child.pid] = child;  // ranks, and orphans of ranks adopted as subreaper (ignored)
   // One time for every exit seen in this poll: their order within it is unknown, so the
   // lifecycle's tie rule decides which to blame, not the order of this loop.
   const lifecycle::TimePoint now = std::chrono::system_clock::now();
@@ -297,9 +296,8 @@ void LocalRun::Reap() {
       auto it = exited.find(r.pid);
       if (it == exited.end())
         continue;
-      r.exit_code = it->second;
-      r.signaled = std::find(killed_by_signal.begin(), killed_by_signal.end(), r.pid) !=
-                   killed_by_signal.end();
+      r.exit_code = it->second.code;
+      r.signaled = it->second.signaled;
       r.finished_at = now;
       // Whatever the rank left behind in its group goes with it.
       Signal(r.pid, SIGKILL);

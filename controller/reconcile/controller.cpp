@@ -606,21 +606,18 @@ ReconcileOutcome Controller::Reconcile(const std::string& key) {
   observation.workers = observed.workers;
   ProgressDetail detail = decoded.detail;
   const Json* pod0 = observed.pods.count(0) ? observed.pods.at(0) : nullptr;
-  if (poller_ && pod0) {
-    if (auto sample = poller_->Latest(key, MetaString(*pod0, "uid"))) {
-      observation.progress = lifecycle::Observation::ProgressReport{sample->attempt, sample->step};
-      detail = sample->detail;
-    }
-  }
-  // Worker 0's container has ended: its termination message holds rank 0's progress as it
-  // ended, later than any poll. (A pod of an older attempt holds its name until it is gone, so
-  // this is the newest report; lifecycle keeps the step of an attempt older than the job's.)
-  if (observed.final_progress) {
-    const ProgressSample final_sample =
-        SampleOf(observed.final_progress->progress, observed.final_progress->attempt);
-    observation.progress =
-        lifecycle::Observation::ProgressReport{final_sample.attempt, final_sample.step};
-    detail = final_sample.detail;
+  // Rank 0's latest report: its last poll, or, once worker 0's container has ended, the progress
+  // its termination message holds, later than any poll. (A pod of an older attempt holds its
+  // name until it is gone, so that is the newest report; lifecycle keeps the step of an attempt
+  // older than the job's.)
+  std::optional<ProgressSample> report;
+  if (poller_ && pod0)
+    report = poller_->Latest(key, MetaString(*pod0, "uid"));
+  if (observed.final_progress)
+    report = SampleOf(observed.final_progress->progress, observed.final_progress->attempt);
+  if (report) {
+    observation.progress = lifecycle::Observation::ProgressReport{report->attempt, report->step};
+    detail = report->detail;
   }
 
   const lifecycle::Policy policy = PolicyOf(view);

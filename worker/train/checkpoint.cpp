@@ -106,12 +106,6 @@ std::string ReadWholeFile(const fs::path& path, std::string* out) {
   return "";
 }
 
-// The advice that ends every refusal of a damaged checkpoint: the older checkpoints are still
-// good, so starting afresh (which deletes them) is not what to do.
-std::string MoveAside(const fs::path& step_dir) {
-  return fmt::format("; move {} aside to resume from an older one", step_dir.string());
-}
-
 void SyncDirectory(const fs::path& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd >= 0) {
@@ -288,6 +282,10 @@ const std::vector<float>* ShardContents::Find(const std::string& name) const {
   return nullptr;
 }
 
+std::string MoveAsideAdvice(const std::string& step_dir) {
+  return fmt::format("; move {} aside to resume from an older one", step_dir);
+}
+
 std::string CheckpointStore::StepDir(int64_t step) const {
   return (fs::path(root_) / fmt::format("{}{}", kStepPrefix, step)).string();
 }
@@ -424,26 +422,27 @@ Status CheckpointStore::ReadMeta(int64_t step, CheckpointMeta* out) const {
   if (const std::string err = ReadWholeFile(path, &text); !err.empty()) {
     return CheckpointRefused(
         fmt::format("{}: missing or unreadable ({}), so the checkpoint is damaged{}", path.string(),
-                    err, MoveAside(dir)));
+                    err, MoveAsideAdvice(dir.string())));
   }
   CheckpointMeta meta;
   try {
     MetaFromJson(nlohmann::json::parse(text), &meta);
   } catch (const nlohmann::json::exception& e) {
     return CheckpointRefused(fmt::format("{}: not a valid checkpoint description: {}{}",
-                                         path.string(), e.what(), MoveAside(dir)));
+                                         path.string(), e.what(), MoveAsideAdvice(dir.string())));
   } catch (const std::invalid_argument& e) {  // IntegerAt
     return CheckpointRefused(fmt::format("{}: not a valid checkpoint description: {}{}",
-                                         path.string(), e.what(), MoveAside(dir)));
+                                         path.string(), e.what(), MoveAsideAdvice(dir.string())));
   }
   if (meta.format != 1) {
     return CheckpointRefused(
         fmt::format("{}: format {} is not supported (this build reads 1); use a newer build{}",
-                    path.string(), meta.format, MoveAside(dir)));
+                    path.string(), meta.format, MoveAsideAdvice(dir.string())));
   }
   if (meta.step != step) {
     return CheckpointRefused(fmt::format("{}: records step {} but the directory is step-{}{}",
-                                         path.string(), meta.step, step, MoveAside(dir)));
+                                         path.string(), meta.step, step,
+                                         MoveAsideAdvice(dir.string())));
   }
   for (const CheckpointFile& f : meta.files) {
     const fs::path file = dir / f.name;
@@ -451,11 +450,12 @@ Status CheckpointStore::ReadMeta(int64_t step, CheckpointMeta* out) const {
     const auto size = fs::file_size(file, ec);
     if (ec) {
       return CheckpointRefused(fmt::format("{}: listed in meta.json but missing ({}){}",
-                                           file.string(), ec.message(), MoveAside(dir)));
+                                           file.string(), ec.message(),
+                                           MoveAsideAdvice(dir.string())));
     }
     if (static_cast<int64_t>(size) != f.bytes) {
       return CheckpointRefused(fmt::format("{}: {} bytes, meta.json records {}{}", file.string(),
-                                           size, f.bytes, MoveAside(dir)));
+                                           size, f.bytes, MoveAsideAdvice(dir.string())));
     }
   }
   *out = std::move(meta);
@@ -470,22 +470,23 @@ Status CheckpointStore::ReadShard(const CheckpointMeta& meta, const std::string&
   const fs::path path = dir / file;
   if (it == meta.files.end()) {
     return CheckpointRefused(
-        fmt::format("{}: not listed in meta.json{}", path.string(), MoveAside(dir)));
+        fmt::format("{}: not listed in meta.json{}", path.string(), MoveAsideAdvice(dir.string())));
   }
   std::string raw;
   if (const std::string err = ReadWholeFile(path, &raw); !err.empty()) {
     return CheckpointRefused(
-        fmt::format("{}: cannot read: {}{}", path.string(), err, MoveAside(dir)));
+        fmt::format("{}: cannot read: {}{}", path.string(), err, MoveAsideAdvice(dir.string())));
   }
   const auto bytes = std::as_bytes(std::span(raw));
   const std::string sha = Sha256Hex(bytes);
   if (sha != it->sha256) {
     return CheckpointRefused(
         fmt::format("{}: sha256 {} does not match {} in meta.json; the file is corrupt{}",
-                    path.string(), sha, it->sha256, MoveAside(dir)));
+                    path.string(), sha, it->sha256, MoveAsideAdvice(dir.string())));
   }
   if (std::string err = DecodeShard(bytes, out); !err.empty()) {
-    return CheckpointRefused(fmt::format("{}: {}{}", path.string(), err, MoveAside(dir)));
+    return CheckpointRefused(
+        fmt::format("{}: {}{}", path.string(), err, MoveAsideAdvice(dir.string())));
   }
   return Status::Ok();
 }

@@ -57,6 +57,11 @@ struct ShardContents {
   const std::vector<float>* Find(const std::string& name) const;
 };
 
+// "; move <step_dir> aside to resume from an older one": how every refusal of a damaged
+// checkpoint ends. The older checkpoints are still good, so starting afresh (which deletes them)
+// is not what to do.
+std::string MoveAsideAdvice(const std::string& step_dir);
+
 // Not thread-safe. One process (rank 0) creates and commits a checkpoint; with several ranks
 // each writes its own shard file between the two (the directory is shared):
 //   rank 0: Begin(step)  --barrier--  every rank: WriteShard  --gather files--  rank 0: Commit

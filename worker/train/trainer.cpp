@@ -633,9 +633,9 @@ Status Trainer::Impl::Resume(int64_t checkpoint_step) {
       meta.optimizer_steps != checkpoint_step || meta.rng_seed != config.seed) {
     return CheckpointRefused(fmt::format(
         "{}: data cursor (step {}, {} samples), optimizer steps {} or seed {} do not match "
-        "step {}, so the checkpoint is damaged; move {} aside to resume from an older one",
+        "step {}, so the checkpoint is damaged{}",
         meta_path, meta.data_cursor.step, meta.data_cursor.samples_consumed, meta.optimizer_steps,
-        meta.rng_seed, checkpoint_step, store->StepDir(checkpoint_step)));
+        meta.rng_seed, checkpoint_step, MoveAsideAdvice(store->StepDir(checkpoint_step))));
   }
   if (meta.zero_stage != config.parallel.zero_stage && data_ranks() > 1) {
     return CheckpointRefused(fmt::format(
@@ -670,11 +670,10 @@ Status Trainer::Impl::Resume(int64_t checkpoint_step) {
     const std::vector<float>* values = t.file->Find(t.name);
     if (values == nullptr || values->size() != t.dst.size()) {
       return CheckpointRefused(
-          fmt::format("{}/{}: tensor '{}' has {} values, this rank needs {}; move {} aside to "
-                      "resume from an older one",
+          fmt::format("{}/{}: tensor '{}' has {} values, this rank needs {}{}",
                       store->StepDir(checkpoint_step), ShardName(t.file_rank), t.name,
                       values ? static_cast<int64_t>(values->size()) : int64_t{-1}, t.dst.size(),
-                      store->StepDir(checkpoint_step)));
+                      MoveAsideAdvice(store->StepDir(checkpoint_step))));
     }
     std::copy(values->begin(), values->end(), t.dst.begin());
   }

@@ -136,11 +136,11 @@ class Agent {
 
   // One pass: start what is new, stop what is being deleted, report what exited.
   void Sync() {
-    for (const auto& [pid, code] : tessera::cli::ReapExitedChildren()) {
+    for (const tessera::cli::ReapedChild& child : tessera::cli::ReapExitedChildren()) {
       for (auto& [uid, r] : running_) {
-        if (r.pid == pid && !r.exited) {
+        if (r.pid == child.pid && !r.exited) {
           r.exited = true;
-          r.exit_code = code;
+          r.exit_code = child.code;
           ReportExit(r);
         }
       }

@@ -60,10 +60,11 @@ class ProcessTest : public ::testing::Test {
   int WaitForExit(pid_t pid) {
     const auto deadline = std::chrono::steady_clock::now() + 10s;
     while (std::chrono::steady_clock::now() < deadline) {
-      std::vector<pid_t> killed;
-      for (const auto& [p, code] : ReapExitedChildren(&killed))
-        reaped_[p] = code;
-      killed_by_signal_.insert(killed.begin(), killed.end());
+      for (const ReapedChild& child : ReapExitedChildren()) {
+        reaped_[child.pid] = child.code;
+        if (child.signaled)
+          killed_by_signal_.insert(child.pid);
+      }
       if (reaped_.count(pid))
         return reaped_[pid];
       std::this_thread::sleep_for(5ms);
