@@ -166,10 +166,15 @@ int RunAgent(const AgentOptions& options) {
   Clock::time_point kill_at = Clock::time_point::max();     // when SIGKILL follows SIGTERM
   Clock::time_point abandon_at = Clock::time_point::max();  // when ranks SIGKILL left are left
   bool stopping = result != 0;
+  // Any signal but SIGKILL is followed by SIGCONT, so that a stopped rank acts on it now
+  // instead of lying stopped until the grace ends.
   auto stop_all = [&](int signal) {
     for (const Child& c : children) {
-      if (c.running)
-        options.send_signal(-c.pid, signal);
+      if (!c.running)
+        continue;
+      options.send_signal(-c.pid, signal);
+      if (signal != SIGKILL)
+        options.send_signal(-c.pid, SIGCONT);
     }
   };
   if (stopping) {

@@ -104,8 +104,11 @@ pid_t StartProcessGroup(const ProcessSpec& spec, std::string* error) {
 }
 
 void SignalProcessGroup(pid_t pgid, int signal) {
-  if (pgid > 0)
-    ::kill(-pgid, signal);
+  if (pgid <= 0)
+    return;
+  ::kill(-pgid, signal);
+  if (signal != SIGKILL)
+    ::kill(-pgid, SIGCONT);
 }
 
 bool ProcessGroupExists(pid_t pgid) {

@@ -34,6 +34,8 @@ struct ProcessSpec {
 pid_t StartProcessGroup(const ProcessSpec& spec, std::string* error);
 
 // Sends `signal` to every process of the group led by `pgid`; a group already gone is fine.
+// Any signal but SIGKILL is followed by SIGCONT, as systemd does, so that a stopped rank
+// (SIGSTOP, Ctrl-Z) acts on it now instead of lying stopped until SIGKILL at the grace's end.
 void SignalProcessGroup(pid_t pgid, int signal);
 
 // True while any process of the group `pgid` exists (including exited, unreaped members).

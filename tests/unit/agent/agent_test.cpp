@@ -339,6 +339,28 @@ TEST_F(AgentStopTest, WhenARankFailsTheOthersGetTheGraceToCheckpoint) {
   EXPECT_TRUE(fs::exists(dir / "term-0")) << "rank 0 was killed before the grace ended";
 }
 
+// Rank 0 stops itself (SIGSTOP) with its SIGTERM trap set; rank 1 fails once it is stopped.
+// Rank 0 still checkpoints at once: SIGCONT follows SIGTERM, so it does not lie stopped for
+// the 20 s grace and then die by SIGKILL.
+TEST_F(AgentStopTest, AStoppedRankActsOnSigtermAtOnce) {
+  const fs::path dir = CaseDir();
+  EXPECT_EXIT(
+      {
+        ::alarm(30);
+        std::exit(RunAgent(Ranks(
+            dir,
+            "if [ \"$LOCAL_RANK\" = 0 ]; then\n"
+            "  trap 'echo term > \"$0/term-0\"; exit 0' TERM\n"
+            "  echo $$ > \"$0/pid.tmp\"; mv \"$0/pid.tmp\" \"$0/pid-0\"; kill -STOP $$; exit 0\n"
+            "fi\n"
+            "while [ ! -f \"$0/pid-0\" ]; do sleep 0.01; done\n"
+            "while ! grep -q ') T ' \"/proc/$(cat \"$0/pid-0\")/stat\"; do sleep 0.01; done\n"
+            "exit 7\n")));
+      },
+      ::testing::ExitedWithCode(7), "");
+  EXPECT_TRUE(fs::exists(dir / "term-0")) << "rank 0 was killed while stopped";
+}
+
 TEST_F(AgentStopTest, SigtermToTheAgentIsForwardedAndItExits143WhateverTheRanksExitWith) {
   // Rank 0 exits 5 on SIGTERM, rank 1 0: the agent was stopped, which is no rank's failure.
   const fs::path dir = CaseDir();

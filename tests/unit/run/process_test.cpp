@@ -242,6 +242,21 @@ TEST_F(ProcessTest, AGroupExistsWhileAnyMemberIsLeftAndASignalReachesEveryMember
   EXPECT_FALSE(ProcessGroupExists(pid));
 }
 
+// A rank stopped by SIGSTOP acts on SIGTERM at once (it gets SIGCONT too), instead of lying
+// stopped until SIGKILL at the end of the grace.
+TEST_F(ProcessTest, AStoppedGroupActsOnSigtermAtOnce) {
+  const pid_t pid = StartShell("trap 'exit 7' TERM; kill -STOP $$; exit 0");
+  const fs::path stat = fs::path("/proc") / std::to_string(pid) / "stat";
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (ReadFile(stat).find(") T ") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(5ms);
+  }
+  ASSERT_NE(ReadFile(stat).find(") T "), std::string::npos) << "the shell never stopped";
+  SignalProcessGroup(pid, SIGTERM);
+  EXPECT_EQ(WaitForExit(pid), 7) << "still stopped 10 s after SIGTERM";
+}
+
 TEST_F(ProcessTest, NoGroupIsSignalledOrExistsForANonPositiveId) {
   // In a child of its own group, so that a stray signal stays there.
   const pid_t pid = ::fork();
