@@ -109,6 +109,29 @@ json YamlFloat(double d) {
   return d;
 }
 
+// A scalar of float syntax as go-yaml v2 takes it: strconv.ParseFloat's value, or the scalar
+// itself, a string, when the value is beyond a double's range (1e999), since ParseFloat then
+// fails. strtod, not stod, which would throw.
+json GoFloat(const std::string& s) {
+  const double d = std::strtod(s.c_str(), nullptr);
+  return std::isinf(d) ? json(s) : YamlFloat(d);
+}
+
+// YAML 1.1's infinities and not-a-number (.inf, -.Inf, .NAN, ...), which go-yaml v2 reads as
+// floats that JSON has no way to write: kubectl refuses a file holding one.
+std::optional<std::string> NonFiniteFloat(std::string_view s) {
+  const std::string_view unsigned_part = WithoutSign(s);
+  for (const char* spelling : {".inf", ".Inf", ".INF"}) {
+    if (unsigned_part == spelling)
+      return std::string(s[0] == '-' ? "minus " : "") + "infinity";
+  }
+  for (const char* spelling : {".nan", ".NaN", ".NAN"}) {
+    if (s == spelling)
+      return "not a number";
+  }
+  return std::nullopt;
+}
+
 // A plain (unquoted, untagged) scalar, typed as go-yaml v2 resolves it (YAML 1.1), the reader of
 // sigs.k8s.io/yaml in kubectl, so that a file means the same to `tessera validate` and `run` as
 // to `kubectl apply`: yes/no/on/off/y/n are booleans; a scalar starting with a digit or a sign
@@ -126,10 +149,8 @@ json PlainScalar(const std::string& s) {
   if (s.empty())
     return s;
   const char first = s[0];
-  if (first == '.') {
-    // strtod, not stod: 1e999 becomes infinity (refused by the bounds) instead of throwing.
-    return IsFloat(s) ? YamlFloat(std::strtod(s.c_str(), nullptr)) : json(s);
-  }
+  if (first == '.')
+    return IsFloat(s) ? GoFloat(s) : json(s);
   if (!std::isdigit(static_cast<unsigned char>(first)) && first != '-' && first != '+')
     return s;
   std::string plain = s;
@@ -139,7 +160,7 @@ json PlainScalar(const std::string& s) {
   // Also a decimal beyond int64 (a number, which bounds refuse) and 09 (not octal: Go reads
   // it as the float 9).
   if (IsFloat(plain))
-    return YamlFloat(std::strtod(plain.c_str(), nullptr));
+    return GoFloat(plain);
   return s;
 }
 
@@ -161,10 +182,14 @@ json ToJson(const YAML::Node& node, size_t* budget) {
       return nullptr;
     case YAML::NodeType::Scalar: {
       const std::string& tag = node.Tag();
-      if (tag == "?")
-        return PlainScalar(node.Scalar());
-      if (tag == "tag:yaml.org,2002:int" || tag == "tag:yaml.org,2002:float" ||
+      if (tag == "?" || tag == "tag:yaml.org,2002:int" || tag == "tag:yaml.org,2002:float" ||
           tag == "tag:yaml.org,2002:bool") {
+        if (const std::optional<std::string> what = NonFiniteFloat(node.Scalar())) {
+          throw YamlError(node.Mark(),
+                          node.Scalar() + " is " + *what +
+                              ", which JSON cannot carry, so kubectl refuses the file too; write "
+                              "a finite number, or quote it to mean the string");
+        }
         return PlainScalar(node.Scalar());
       }
       return node.Scalar();  // quoted ("!") or tagged as a string

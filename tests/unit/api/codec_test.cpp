@@ -191,6 +191,14 @@ TEST(Codec, PlainScalarsMeanWhatTheyMeanToKubectl) {
       {"Off", false},
       {"OFF", false},
       {"FALSE", false},
+      // Beyond a double's range: ParseFloat fails, so go-yaml keeps the scalar as a string.
+      {"1e999", "1e999"},
+      {"-1e999", "-1e999"},
+      {".5e999", ".5e999"},
+      {"1e-400", 0},  // underflow is no failure: zero
+      // Not YAML's not-a-number spellings.
+      {"-.nan", "-.nan"},
+      {".Nan", ".Nan"},
       // Strings.
       {"yES", "yES"},
       {"0x", "0x"},
@@ -208,6 +216,30 @@ TEST(Codec, PlainScalarsMeanWhatTheyMeanToKubectl) {
     EXPECT_EQ(got, c.want) << c.scalar;
     EXPECT_EQ(got.type(), c.want.type()) << c.scalar << " is " << got.dump();
   }
+}
+
+// go-yaml reads these as floats JSON cannot write, so kubectl refuses the whole file; so does
+// Tessera, naming the place, instead of taking them for strings. Quoted, they are strings.
+TEST(Codec, InfinitiesAndNotANumberAreRefusedWhereTheyAre) {
+  struct {
+    const char* scalar;
+    const char* want;
+  } cases[] = {
+      {".inf", "line 2, column 5: .inf is infinity, which JSON cannot carry"},
+      {"+.Inf", "line 2, column 5: +.Inf is infinity"},
+      {"-.INF", "line 2, column 5: -.INF is minus infinity"},
+      {".nan", "line 2, column 5: .nan is not a number"},
+      {".NaN", ".NaN is not a number"},
+      {"!!float .inf", ".inf is infinity"},
+  };
+  for (const auto& c : cases) {
+    ParsedYaml p = ParseYaml(std::string("a: 1\nb: [") + c.scalar + "]\n");
+    EXPECT_FALSE(p.ok()) << c.scalar;
+    EXPECT_NE(p.error.find(c.want), std::string::npos) << p.error;
+  }
+  ParsedYaml quoted = ParseYaml("a: '.inf'\nb: \".nan\"\n");
+  ASSERT_TRUE(quoted.ok()) << quoted.error;
+  EXPECT_EQ(quoted.documents[0], json({{"a", ".inf"}, {"b", ".nan"}}));
 }
 
 TEST(Codec, SyntaxErrorsNameTheLine) {
@@ -261,7 +293,8 @@ TEST(Codec, LongScalarsAreCheckedWithoutRecursion) {
   EXPECT_EQ(lines, (std::vector<std::string>{
                        "metadata.name: must have at most 54 characters (has 300000)",
                        "spec.gpusPerWorker: must be integer, not number",
-                       "spec.workers: must be integer, not number",
+                       // Beyond a double's range: a string, as go-yaml reads it.
+                       "spec.workers: must be integer, not string",
                    }));
 }
 
