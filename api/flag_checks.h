@@ -21,4 +21,18 @@ inline CLI::Validator NotNaN() {
       "");
 }
 
+// The one line a refused command line ends with, CLI11's error and where help is:
+// "tessera run: The following argument was not expected: --bogus (see tessera run --help)".
+// `program` names the binary (CLI11 would take argv[0], a path); the subcommands the parse got
+// to follow it. app.exit(e) would print a second line, "Run with --help for more information".
+inline std::string ParseErrorLine(const std::string& program, const CLI::App& app,
+                                  const CLI::ParseError& e) {
+  std::string command = program;
+  for (const CLI::App* sub = &app; !sub->get_subcommands().empty();) {
+    sub = sub->get_subcommands().front();
+    command += " " + sub->get_name();
+  }
+  return command + ": " + e.what() + " (see " + command + " --help)";
+}
+
 }  // namespace tessera

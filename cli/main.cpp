@@ -7,6 +7,7 @@
 
 #include "api/codec.h"
 #include "api/crd.h"
+#include "api/flag_checks.h"
 #include "api/validate.h"
 #include "api/version.h"
 #include "cli/plan/plan.h"
@@ -88,9 +89,12 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);  // runs the chosen subcommand's callback, which sets rc
   } catch (const CLI::ParseError& e) {
-    // --help is a ParseError whose exit is 0; any other prints its line and "Run with --help"
-    // and ends as every other bad input of these commands does: exit code 2.
-    return app.exit(e) == 0 ? 0 : 2;
+    // --help is a ParseError whose exit is 0; any other ends as every other bad input of these
+    // commands does: one line, exit code 2.
+    if (e.get_exit_code() == 0)
+      return app.exit(e);
+    std::cerr << tessera::ParseErrorLine("tessera", app, e) << '\n';
+    return 2;
   }
   return rc;
 }

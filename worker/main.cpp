@@ -342,8 +342,10 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);
-    return code == 0 ? 0 : 2;
+    if (e.get_exit_code() == 0)
+      return app.exit(e);  // --help
+    std::cerr << tessera::ParseErrorLine("tessera-worker", app, e) << '\n';
+    return 2;
   }
   if (print_version) {
     std::cout << tessera::FormatBuildInfo(tessera::GetBuildInfo());

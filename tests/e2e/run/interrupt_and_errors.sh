@@ -165,7 +165,9 @@ for args in "--metrics-port 0" "--grace-period -1" "--no-such-option" ""; do
   cat "$WORK/usage.txt"
   [[ $rc == 2 ]] || fail "tessera run $args: exit code $rc, want 2"
   want=${args%% *}
-  grep -q -- "${want:-FILE is required}" "$WORK/usage.txt" || fail "tessera run $args: no line naming ${want:-FILE}"
+  [[ $(wc -l <"$WORK/usage.txt") == 1 ]] || fail "tessera run $args: more than one line"
+  grep -q -- "^tessera run: .*${want:-FILE is required}.* (see tessera run --help)$" "$WORK/usage.txt" ||
+    fail "tessera run $args: no line naming ${want:-FILE} and tessera run --help"
 done
 "$TESSERA" run --help >/dev/null || fail "tessera run --help did not exit 0"
 
