@@ -166,6 +166,8 @@ struct Shared {
   std::unique_ptr<rendezvous::StoreClient> store;  // for creating groups; one at a time
   std::mutex store_mu;
   GlooOptions options;
+  // The world's size when all its ranks are on this machine (its segment was set up), else 0.
+  int ranks_here = 0;
 };
 
 // Everything the executor thread touches; outlives the group while an operation stuck in
@@ -183,7 +185,7 @@ struct Core {
   std::list<std::weak_ptr<GlooP2PWork>> p2p;
   std::string broken;  // non-empty once the group failed
   bool stop = false;
-  // Float32 all-reduces of a world whose ranks share this machine (GlooOptions), else null.
+  // Float32 all-reduces of a group whose ranks share this machine (GlooOptions), else null.
   std::unique_ptr<ShmAllReduce> shm;
 
   // One line for a failed operation: the lost rank when the store knows one.
@@ -584,6 +586,20 @@ std::shared_ptr<ProcessGroup> GlooProcessGroup::split(int color, int key, const 
       prefix_ + "split" + std::to_string(seq) + "/" + std::to_string(color) + "/";
   core->context =
       Connect(*core->shared, prefix, new_rank, static_cast<int>(members.size()), core->name);
+  if (core->shared->options.shared_memory_allreduce && members.size() > 1) {
+    // A data, tensor or pipeline group of ranks on one machine reduces through shared memory
+    // as the world does; null (Gloo alone) when its members are not all here.
+    std::lock_guard<std::mutex> lock(core->shared->store_mu);
+    try {
+      core->shm = ShmAllReduce::Create(*core->shared->store, prefix, new_rank,
+                                       static_cast<int>(members.size()), core->timeout, nullptr);
+    } catch (const rendezvous::StoreTimeoutError& e) {
+      throw CommError("group " + core->name + ": not every rank set up shared memory within " +
+                      GlooWork::Seconds(core->timeout) + ": " + e.what());
+    }
+    if (core->shm && core->shared->ranks_here > 0)
+      core->shm->SetRanksHere(core->shared->ranks_here);
+  }
   return std::make_shared<GlooProcessGroup>(std::move(core), prefix);
 }
 
@@ -639,6 +655,8 @@ std::shared_ptr<ProcessGroup> CreateGlooProcessGroup(const rendezvous::StoreClie
     // Null when the ranks are not all here (then Gloo does everything, as without the option);
     // each rank's outcome stays in the store (ShmAllReduce::Create's "mapped" keys).
     core->shm = ShmAllReduce::Create(*shared->store, prefix, rank, size, core->timeout, nullptr);
+    if (core->shm)
+      shared->ranks_here = size;
   }
   return std::make_shared<GlooProcessGroup>(std::move(core), prefix);
 }

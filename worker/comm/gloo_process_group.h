@@ -17,9 +17,10 @@ struct GlooOptions {
   CommOptions comm;
   // Store keys of this group live under this prefix (one job attempt = one store).
   std::string prefix = "tessera/";
-  // When every rank of the world is on this machine, float32 sums and averages go through
-  // shared memory (shm_allreduce.h) instead of Gloo's loopback sockets; other operations and
-  // split groups stay on Gloo. Ranks on several machines use Gloo alone, as with false.
+  // In a group (the world, or one split from it) whose ranks are all on this machine, float32
+  // sums and averages go through shared memory (shm_allreduce.h) instead of Gloo's loopback
+  // sockets; other operations stay on Gloo. A group on several machines uses Gloo alone, as
+  // with false.
   bool shared_memory_allreduce = true;
 
   // host from TESSERA_COMM_HOST, else this machine's hostname; comm from CommOptions::FromEnv;

@@ -8,6 +8,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstring>
@@ -107,9 +108,17 @@ std::unique_ptr<ShmAllReduce> ShmAllReduce::Create(rendezvous::StoreClient& stor
   std::string failure;
   if (rank == 0) {
     name = "/tessera-" + std::to_string(::getpid()) + "-" + RandomHex();
+    // The pages are allocated now, not at first touch: on a full /dev/shm (a pod's is 64 MiB
+    // by default) a touch would kill the rank with SIGBUS mid-step; here the group falls back
+    // to Gloo instead.
     const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-      failure = "cannot create " + name + " in /dev/shm: " + std::strerror(errno);
+    int error = fd < 0 ? errno : 0;
+    if (error == 0 && ::ftruncate(fd, static_cast<off_t>(bytes)) != 0)
+      error = errno;
+    if (error == 0)
+      error = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+    if (error != 0) {
+      failure = "cannot create " + name + " in /dev/shm: " + std::strerror(error);
       if (fd >= 0) {
         ::close(fd);
         ::shm_unlink(name.c_str());
@@ -162,6 +171,10 @@ ShmAllReduce::ShmAllReduce(void* base, size_t bytes, int rank, int size,
       rank_(rank),
       size_(size),
       timeout_(timeout) {
+  SetRanksHere(size);
+}
+
+void ShmAllReduce::SetRanksHere(int ranks) {
   // With a core for every rank, a waiting rank spins up to some 100-400 us: its peer is then
   // running and arrives within that, and a sleeping waiter takes far longer to be woken on
   // cores busy with compute (dp_overlap_bench 2 ranks on 2 cores: buckets still pending at
@@ -169,7 +182,7 @@ ShmAllReduce::ShmAllReduce(void* base, size_t bytes, int rank, int size,
   // core its peer needs (4 ranks on 2 cores: steps 120 -> 148 ms), so it sleeps almost at once.
   cpu_set_t cpus;
   const int available = ::sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-  spin_limit_ = size <= available ? 32768 : 256;
+  spin_limit_ = std::max(ranks, size_) <= available ? 32768 : 256;
 }
 
 ShmAllReduce::~ShmAllReduce() {

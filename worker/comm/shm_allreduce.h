@@ -6,9 +6,10 @@
 // its slot of one segment, reduces its 1/N share of every slot in rank order, and copies the
 // result back: memory copies, two barriers per piece (futex waits, no spinning past a moment).
 //
-// The Gloo world group uses it for float32 sums and averages whenever its ranks share a
-// machine (GlooOptions::shared_memory_allreduce; TESSERA_SHM_ALLREDUCE=0 turns it off), and
-// Gloo for everything else, in the same order on the same thread.
+// A Gloo group (the world, or a data, pipeline or tensor group split from it) uses it for
+// float32 sums and averages whenever its ranks share a machine
+// (GlooOptions::shared_memory_allreduce; TESSERA_SHM_ALLREDUCE=0 turns it off), and Gloo for
+// everything else, in the same order on the same thread.
 #pragma once
 
 #include <atomic>
@@ -52,6 +53,11 @@ class ShmAllReduce {
   // Makes a waiting AllReduce, and every later one, throw CommError with `why` (the group
   // broke). Thread-safe.
   void Abort(const std::string& why);
+
+  // How many ranks of the job run on this machine, when more than this group's (a tensor
+  // group of 2 among 4 ranks): a waiting rank spins before it sleeps only while every one of
+  // them has a core. Call it before the first AllReduce.
+  void SetRanksHere(int ranks);
 
   int rank() const { return rank_; }
   int size() const { return size_; }

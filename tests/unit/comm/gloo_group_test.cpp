@@ -267,7 +267,8 @@ TEST_F(GlooGang, CollectivesOfThreeRanksMatchTheirSerialReference) {
 }
 
 // split: ranks are ordered by key (here the reverse of theirs), a negative color joins no
-// group, and a group split from a split group knows its members' world ranks.
+// group, and a group split from a split group knows its members' world ranks. A split group
+// of two or more reduces float32 through shared memory as the world does.
 TEST_F(GlooGang, SplitOrdersByKeyAndLeavesOutNegativeColors) {
   Start(4, 20s);
   OnEveryRank([&](int r) {
@@ -288,7 +289,19 @@ TEST_F(GlooGang, SplitOrdersByKeyAndLeavesOutNegativeColors) {
     int32_t sum = r;
     pair->all_reduce(&sum, 1, DataType::kInt32, ReduceOp::kSum)->wait();
     EXPECT_EQ(sum, r == 0 ? 0 : 3) << at;
+    std::vector<float> x = {static_cast<float>(r + 1), static_cast<float>(2 * r)};
+    trio->all_reduce(std::span<float>(x), ReduceOp::kAvg)->wait();
+    EXPECT_EQ(x, (std::vector<float>{2, 2})) << at;
+    x = {static_cast<float>(r)};
+    pair->all_reduce(std::span<float>(x), ReduceOp::kSum)->wait();
+    EXPECT_EQ(x, std::vector<float>{r == 0 ? 0.0f : 3.0f}) << at;
   });
+  // The trio (the world's first split, color 0) and the pair of ranks 2 and 1 (the trio's
+  // first split, color 0) have segments; the pair of rank 0 alone has none.
+  EXPECT_EQ(store_->TryGet("tessera/world/split0/0/shm/mapped/0"), std::optional<std::string>(""));
+  EXPECT_EQ(store_->TryGet("tessera/world/split0/0/split0/0/shm/mapped/1"),
+            std::optional<std::string>(""));
+  EXPECT_EQ(store_->TryGet("tessera/world/split0/0/split0/1/shm/machine/0"), std::nullopt);
 }
 
 // An operation that runs out of time fails saying so and that no rank was reported lost (a

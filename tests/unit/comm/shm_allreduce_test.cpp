@@ -5,9 +5,15 @@
 
 #include <dirent.h>
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -156,6 +162,55 @@ TEST_F(ShmAllReduceTest, ARankThatCannotMapTheSegmentMakesEveryRankFallBack) {
   EXPECT_EQ(shm, nullptr);
   EXPECT_EQ(why, "rank 1: cannot map the segment: injected");
   EXPECT_EQ(SegmentsOfThisProcess(), std::vector<std::string>{});
+}
+
+// Whether this process may mount a tmpfs of its own (root, or CAP_SYS_ADMIN), tried in a
+// child so that nothing here changes.
+bool CanMountPrivately() {
+  const pid_t pid = ::fork();
+  if (pid == 0)
+    ::_exit(::unshare(CLONE_NEWNS) == 0 ? 0 : 1);
+  int status = 0;
+  return pid > 0 && ::waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+         WEXITSTATUS(status) == 0;
+}
+
+// A /dev/shm too small for the segment (a pod's is 64 MiB by default, shared by every
+// process of the pod): every rank falls back to Gloo at set-up, naming the reason, instead of
+// mapping pages that do not exist and dying of SIGBUS at the first all-reduce. Here in a
+// mount namespace of its own, over a 1 MiB tmpfs, and four ranks need 5 MiB.
+TEST_F(ShmAllReduceTest, AFullDevShmMakesEveryRankFallBackInsteadOfDyingOfSigbus) {
+  if (!CanMountPrivately())
+    GTEST_SKIP() << "cannot make a mount namespace here (needs root or CAP_SYS_ADMIN)";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        if (::unshare(CLONE_NEWNS) != 0 ||
+            ::mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+            ::mount("tmpfs", "/dev/shm", "tmpfs", 0, "size=1m") != 0) {
+          std::fprintf(stderr, "cannot mount a small /dev/shm\n");
+          std::exit(2);
+        }
+        const int ranks = 4;
+        std::vector<std::string> why(ranks);
+        std::vector<int> created(ranks, -1);
+        OnThreads(ranks, [&](int rank) {
+          auto client = Client();
+          auto shm = ShmAllReduce::Create(*client, "t/", rank, ranks, 10s, &why[rank]);
+          created[rank] = shm ? 1 : 0;
+          if (shm) {  // touches every page of its slot and the result slot
+            std::vector<float> x(ShmAllReduce::kSlotFloats, 1.0f);
+            shm->AllReduce(x.data(), x.size(), false);
+          }
+        });
+        for (int r = 0; r < ranks; ++r) {
+          std::fprintf(stderr, "rank %d: created %d: %s\n", r, created[r], why[r].c_str());
+          if (created[r] != 0 || why[r].find("No space left on device") == std::string::npos)
+            std::exit(1);
+        }
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(0), "rank 3: created 0: rank 0: cannot create /tessera-");
 }
 
 // A rank that never arrives: the others fail at the timeout, naming it, instead of hanging.
