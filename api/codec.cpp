@@ -157,8 +157,8 @@ json PlainScalar(const std::string& s) {
   std::erase(plain, '_');
   if (const std::optional<int64_t> v = GoParseInt(plain))
     return *v;
-  // Also a decimal beyond int64 (a number, which bounds refuse) and 09 (not octal: Go reads
-  // it as the float 9).
+  // Also a decimal beyond int64 (a number, which bounds refuse; beyond a double's range a
+  // string) and 09 (not octal: Go reads it as the float 9).
   if (IsFloat(plain))
     return GoFloat(plain);
   return s;
